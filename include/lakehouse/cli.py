@@ -1,0 +1,36 @@
+"""``lakehouse``: the project's command line (installed by ``make setup``).
+
+lakehouse report                 what the tables hold (no JVM)
+lakehouse services up|down|status [spark|kafka]
+lakehouse demo [--source file|kafka]
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from lakehouse.errors import LakehouseError
+
+
+def _commands() -> dict[str, Callable[[list[str]], int]]:
+    from lakehouse.local import demo, report, services
+
+    return {"report": report.main, "services": services.main, "demo": demo.main}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    commands = _commands()
+    if not argv or argv[0] not in commands:
+        print(__doc__)
+        return 0 if not argv or argv[0] in ("-h", "--help") else 2
+    try:
+        return commands[argv[0]](argv[1:])
+    except LakehouseError as exc:
+        print(f"ERROR [{exc.code}] {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

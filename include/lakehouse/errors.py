@@ -1,0 +1,77 @@
+"""Named errors: every condition we refuse to run under has a class and says what to do next.
+
+A job's ``main`` turns a ``LakehouseError`` into exit code 2 and one readable line
+(``ERROR [ClassName] message``) instead of a stack trace, so the Airflow task log ends
+with the cause and the fix.
+"""
+
+from __future__ import annotations
+
+
+class LakehouseError(Exception):
+    """Base class. ``hint`` tells the operator what to do next."""
+
+    hint: str = ""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        if hint is not None:
+            self.hint = hint
+
+    @property
+    def code(self) -> str:
+        return type(self).__name__
+
+    def __str__(self) -> str:
+        message = super().__str__()
+        return f"{message} What to do: {self.hint}" if self.hint else message
+
+
+class ConfigurationError(LakehouseError):
+    """A setting or parameter is invalid."""
+
+    hint = "Fix the setting named above (see README, 'Configuration') and run again."
+
+
+class JavaNotFound(LakehouseError):
+    hint = (
+        "Install a Java 17 or 21 runtime (Debian: apt-get install openjdk-17-jre-headless) "
+        "or point JAVA_HOME at one, then run again."
+    )
+
+
+class JarsMissing(LakehouseError):
+    hint = "Run `make setup` to resolve the Delta and Kafka jars into the local jar cache."
+
+
+class LakehouseRootNotWritable(LakehouseError):
+    hint = "Point LAKEHOUSE_ROOT at a folder this user can write, or fix its permissions."
+
+
+class SparkMasterUnreachable(LakehouseError):
+    hint = (
+        "Start the local standalone cluster with `make spark-up`, or set LAKEHOUSE_SPARK_MASTER "
+        "to a master that answers (unset it to run on local Spark)."
+    )
+
+
+class InvalidRunParams(LakehouseError):
+    hint = "Fix the parameters named above and trigger the run again; nothing was changed."
+
+
+class SourceUnavailable(LakehouseError):
+    hint = "Check that the source (Kafka broker or landing folder) is reachable and run again."
+
+
+class CheckpointInconsistent(LakehouseError):
+    hint = (
+        "The checkpoint and its table disagree; restoring or resetting it is described in the "
+        "README, 'Operating it'. Do not delete the checkpoint by hand."
+    )
+
+
+class ConcurrentRun(LakehouseError):
+    hint = (
+        "Another run holds this checkpoint. Wait for it to finish; if its process is gone, the "
+        "lock expires by itself after its lease."
+    )

@@ -1,0 +1,144 @@
+"""JVM jars: resolved once from Maven Central into a local cache, then handed to Spark.
+
+``make setup`` calls ``resolve_all``; sessions and spark-submit get the cached files through
+``spark.jars``, so no session start ever downloads anything. Jars that Spark already ships
+(by artifact name, whatever the version) are left out, exactly as ``--packages`` would keep
+Spark's own copies first.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from lakehouse.errors import JarsMissing
+from lakehouse.settings import Settings
+
+SPARK_VERSION = "4.1.1"
+SCALA_BINARY = "2.13"
+DELTA_VERSION = "4.4.0"
+KAFKA_BROKER_VERSION = "4.1.1"
+
+# Delta publishes one jar per Spark minor version: delta-spark_<spark minor>_<scala>.
+_SPARK_MINOR = ".".join(SPARK_VERSION.split(".")[:2])
+JAR_SETS: dict[str, tuple[str, ...]] = {
+    "spark": (
+        f"io.delta:delta-spark_{_SPARK_MINOR}_{SCALA_BINARY}:{DELTA_VERSION}",
+        f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{SPARK_VERSION}",
+    ),
+    "kafka": (
+        f"org.apache.kafka:kafka_{SCALA_BINARY}:{KAFKA_BROKER_VERSION}",
+        "org.apache.logging.log4j:log4j-slf4j2-impl:2.24.3",
+        "org.slf4j:slf4j-api:2.0.17",
+    ),
+}
+
+# Some parent POMs name extra repositories; only Maven Central is reachable and trusted.
+_MAVEN_SETTINGS = """<settings>
+  <mirrors>
+    <mirror><id>central</id><mirrorOf>*</mirrorOf><url>https://repo1.maven.org/maven2</url></mirror>
+  </mirrors>
+</settings>
+"""
+
+
+def jar_dir(settings: Settings, jar_set: str) -> Path:
+    return settings.jars_dir / jar_set
+
+
+def jar_files(settings: Settings, jar_set: str) -> list[Path]:
+    """The cached jars of ``jar_set``; raises ``JarsMissing`` if setup has not resolved them."""
+    directory = jar_dir(settings, jar_set)
+    marker = directory / ".resolved"
+    if not marker.exists() or marker.read_text().split() != list(JAR_SETS[jar_set]):
+        raise JarsMissing(f"The {jar_set} jars are not resolved in {directory}.")
+    return sorted(directory.glob("*.jar"))
+
+
+def spark_jars(settings: Settings) -> list[str]:
+    return [str(p) for p in jar_files(settings, "spark")]
+
+
+def _artifact(file_name: str) -> str:
+    return re.sub(r"-\d[\w.\-]*\.jar$", "", file_name)
+
+
+def _spark_bundled_artifacts() -> set[str]:
+    import pyspark
+
+    return {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+
+
+def _pom(coordinates: tuple[str, ...]) -> str:
+    deps = []
+    for coordinate in coordinates:
+        group, artifact, version = coordinate.split(":")
+        deps.append(
+            f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
+            f"<version>{version}</version></dependency>"
+        )
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        "<groupId>lakehouse.local</groupId><artifactId>jars</artifactId><version>1</version>"
+        f"<packaging>pom</packaging><dependencies>{''.join(deps)}</dependencies></project>"
+    )
+
+
+def resolve(settings: Settings, jar_set: str, maven_repo: Path) -> list[Path]:
+    """Resolve ``jar_set`` with Maven into the cache; a no-op when already resolved."""
+    try:
+        return jar_files(settings, jar_set)
+    except JarsMissing:
+        pass
+    coordinates = JAR_SETS[jar_set]
+    target = jar_dir(settings, jar_set)
+    if shutil.which("mvn") is None:
+        raise JarsMissing("Maven (mvn) is needed once to resolve jars.", "Install Maven and rerun.")
+    skip = _spark_bundled_artifacts() if jar_set == "spark" else set()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "pom.xml").write_text(_pom(coordinates))
+        (work / "settings.xml").write_text(_MAVEN_SETTINGS)
+        print(f"resolving {jar_set} jars: {', '.join(coordinates)}", flush=True)
+        result = subprocess.run(
+            [
+                "mvn",
+                "-q",
+                "-B",
+                "-s",
+                str(work / "settings.xml"),
+                f"-Dmaven.repo.local={maven_repo}",
+                "dependency:copy-dependencies",
+                "-DincludeScope=runtime",
+                f"-DoutputDirectory={work / 'out'}",
+            ],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            sys.stderr.write(result.stdout[-4000:] + result.stderr[-4000:])
+            raise JarsMissing(
+                f"Maven could not resolve {jar_set} jars.",
+                "Check that Maven Central (repo1.maven.org) is reachable and rerun `make setup`.",
+            )
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        for jar in sorted((work / "out").glob("*.jar")):
+            if _artifact(jar.name) not in skip:
+                shutil.copy2(jar, target / jar.name)
+    (target / ".resolved").write_text("\n".join(coordinates) + "\n")
+    return jar_files(settings, jar_set)
+
+
+def resolve_all(settings: Settings) -> None:
+    maven_repo = settings.project_dir / ".cache" / "m2"
+    for jar_set in JAR_SETS:
+        files = resolve(settings, jar_set, maven_repo)
+        print(f"{jar_set} jars: {len(files)} in {jar_dir(settings, jar_set)}")

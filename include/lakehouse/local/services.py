@@ -1,0 +1,317 @@
+"""Local services as plain processes: a Spark standalone master and worker, a Kafka broker.
+
+The same services ``docker-compose.yaml`` runs as containers, started here from the pyspark
+distribution and from Apache Kafka's jars in the local jar cache, so development, tests and
+CI need no Docker. Each service keeps its pid, log and data under ``.services/`` (ignored by
+git); ``up`` waits until the service answers, ``down`` stops it and its children.
+
+    python -m lakehouse.local.services up spark|kafka
+    python -m lakehouse.local.services down spark|kafka
+    python -m lakehouse.local.services status
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from lakehouse.jars import jar_dir, jar_files
+from lakehouse.local.env import subprocess_env
+from lakehouse.preflight import java_executable
+from lakehouse.settings import Settings
+
+SPARK_MASTER_URL = "spark://127.0.0.1:7077"
+SPARK_MASTER_UI_PORT = 8090
+SPARK_WORKER_UI_PORT = 8091
+KAFKA_BOOTSTRAP = "127.0.0.1:9092"
+KAFKA_CONTROLLER_PORT = 9093
+
+
+@dataclass(frozen=True)
+class Process:
+    name: str
+    argv: list[str]
+    ready: Callable[[], bool]
+    env: dict[str, str]
+    timeout_s: float = 90.0
+
+
+def services_dir(settings: Settings) -> Path:
+    return settings.project_dir / ".services"
+
+
+def _port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _pid_file(settings: Settings, name: str) -> Path:
+    return services_dir(settings) / f"{name}.pid"
+
+
+def _running_pid(settings: Settings, name: str) -> int | None:
+    pid_file = _pid_file(settings, name)
+    if not pid_file.exists():
+        return None
+    try:
+        pid = int(pid_file.read_text().strip())
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError, PermissionError):
+        pid_file.unlink(missing_ok=True)
+        return None
+    return pid
+
+
+def _start(settings: Settings, process: Process) -> float:
+    """Start ``process`` unless it runs; wait until ready. Returns seconds waited."""
+    t0 = time.monotonic()
+    if _running_pid(settings, process.name) is not None and process.ready():
+        return 0.0
+    log_path = services_dir(settings) / f"{process.name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log_file:
+        child = subprocess.Popen(
+            process.argv,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=process.env,
+            start_new_session=True,
+        )
+    _pid_file(settings, process.name).write_text(str(child.pid))
+    while time.monotonic() - t0 < process.timeout_s:
+        if child.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"{process.name} exited with {child.returncode}:\n{tail}")
+        if process.ready():
+            return time.monotonic() - t0
+        time.sleep(0.5)
+    _stop(settings, process.name)
+    raise RuntimeError(
+        f"{process.name} did not become ready in {process.timeout_s:.0f}s; see {log_path}"
+    )
+
+
+def _stop(settings: Settings, name: str, timeout_s: float = 30.0) -> bool:
+    pid = _running_pid(settings, name)
+    if pid is None:
+        return False
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.3)
+    else:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _pid_file(settings, name).unlink(missing_ok=True)
+    return True
+
+
+# -------------------------------------------------------------------------------- spark
+
+
+def _spark_class() -> str:
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+
+
+def _spark_workers_alive() -> int:
+    try:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{SPARK_MASTER_UI_PORT}/json/", timeout=2
+        ) as response:
+            state = json.load(response)
+    except OSError:
+        return 0
+    return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
+
+
+def spark_processes(settings: Settings) -> list[Process]:
+    java_executable()
+    env = subprocess_env(settings, SPARK_LOCAL_IP="127.0.0.1", SPARK_NO_DAEMONIZE="1")
+    work_dir = services_dir(settings) / "spark-work"
+    cores = os.environ.get("LAKEHOUSE_WORKER_CORES", str(os.cpu_count() or 2))
+    memory = os.environ.get("LAKEHOUSE_WORKER_MEMORY", "3g")
+    master = Process(
+        "spark-master",
+        [
+            _spark_class(),
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "7077",
+            "--webui-port",
+            str(SPARK_MASTER_UI_PORT),
+        ],
+        ready=lambda: _port_open(7077) and _port_open(SPARK_MASTER_UI_PORT),
+        env=env,
+    )
+    worker = Process(
+        "spark-worker",
+        [
+            _spark_class(),
+            "org.apache.spark.deploy.worker.Worker",
+            "--host",
+            "127.0.0.1",
+            "--webui-port",
+            str(SPARK_WORKER_UI_PORT),
+            "--cores",
+            cores,
+            "--memory",
+            memory,
+            "--work-dir",
+            str(work_dir),
+            SPARK_MASTER_URL,
+        ],
+        ready=lambda: _spark_workers_alive() > 0,
+        env=env,
+    )
+    return [master, worker]
+
+
+# -------------------------------------------------------------------------------- kafka
+
+
+def _kafka_properties(data_dir: Path) -> str:
+    return "\n".join(
+        [
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.bootstrap.servers=127.0.0.1:{KAFKA_CONTROLLER_PORT}",
+            f"listeners=PLAINTEXT://{KAFKA_BOOTSTRAP},CONTROLLER://127.0.0.1:{KAFKA_CONTROLLER_PORT}",
+            f"advertised.listeners=PLAINTEXT://{KAFKA_BOOTSTRAP}",
+            "controller.listener.names=CONTROLLER",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name=PLAINTEXT",
+            f"log.dirs={data_dir}",
+            "num.partitions=1",
+            "offsets.topic.replication.factor=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            # Tests shrink retention per topic; the broker must act on it within a second.
+            "log.retention.check.interval.ms=500",
+            "log.segment.delete.delay.ms=0",
+            "auto.create.topics.enable=false",
+            "",
+        ]
+    )
+
+
+def _kafka_ready() -> bool:
+    if not _port_open(9092):
+        return False
+    try:
+        from confluent_kafka.admin import AdminClient
+
+        metadata = AdminClient({"bootstrap.servers": KAFKA_BOOTSTRAP}).list_topics(timeout=2)
+        return bool(metadata.brokers)
+    except Exception:
+        return False
+
+
+def kafka_processes(settings: Settings) -> list[Process]:
+    java = java_executable()
+    jar_files(settings, "kafka")  # a named error if setup has not resolved them
+    base = services_dir(settings) / "kafka"
+    data_dir = base / "data"
+    config = base / "server.properties"
+    base.mkdir(parents=True, exist_ok=True)
+    config.write_text(_kafka_properties(data_dir))
+    classpath = f"{jar_dir(settings, 'kafka')}/*"
+    jvm = [java, "-Xmx768m", "-Xms256m", "-cp", classpath]
+    if not (data_dir / "meta.properties").exists():
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        subprocess.run(
+            [
+                *jvm,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                cluster_id,
+                "-c",
+                str(config),
+                "--standalone",
+            ],
+            check=True,
+            capture_output=True,
+        )
+    env = subprocess_env(settings)
+    return [Process("kafka", [*jvm, "kafka.Kafka", str(config)], _kafka_ready, env, 120.0)]
+
+
+# ------------------------------------------------------------------------------ commands
+
+SERVICES: dict[str, Callable[[Settings], list[Process]]] = {
+    "spark": spark_processes,
+    "kafka": kafka_processes,
+}
+
+
+def up(settings: Settings, service: str) -> float:
+    """Start ``service`` (all its processes) unless running; returns seconds to ready."""
+    return sum(_start(settings, process) for process in SERVICES[service](settings))
+
+
+def down(settings: Settings, service: str) -> None:
+    names = {"spark": ["spark-worker", "spark-master"], "kafka": ["kafka"]}[service]
+    for name in names:
+        _stop(settings, name)
+
+
+def is_up(settings: Settings, service: str) -> bool:
+    if service == "spark":
+        return _running_pid(settings, "spark-master") is not None and _spark_workers_alive() > 0
+    return _running_pid(settings, "kafka") is not None and _kafka_ready()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="lakehouse-services")
+    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("service", nargs="?", choices=sorted(SERVICES))
+    args = parser.parse_args(argv)
+    settings = Settings.from_env()
+    services = [args.service] if args.service else sorted(SERVICES)
+    for service in services:
+        if args.command == "up":
+            seconds = up(settings, service)
+            where = SPARK_MASTER_URL if service == "spark" else KAFKA_BOOTSTRAP
+            print(f"{service} is up at {where} (ready after {seconds:.1f}s)")
+        elif args.command == "down":
+            down(settings, service)
+            print(f"{service} is down")
+        else:
+            print(f"{service}: {'up' if is_up(settings, service) else 'down'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""Run parameters of a pipeline run, checked the same way by the DAG and by the jobs.
+
+The DAG's ``Param`` JSON schema rejects malformed values before a run is created; this module
+checks them again (jobs can be started without Airflow) and checks what a schema cannot:
+that a window ends after it starts, that a mode fits its parameters. Every problem is
+reported at once in one ``InvalidRunParams``, and nothing has run when it is raised.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+from lakehouse.errors import InvalidRunParams
+
+MODES = ("incremental", "reprocess", "full_refresh")
+LAYERS = ("bronze", "silver", "gold")
+MAX_FILES_PER_TRIGGER = 100_000
+MAX_OFFSETS_PER_TRIGGER = 50_000_000
+
+# ISO-8601 with a zone, as the contract's windows require; no spaces, no paths, no quotes.
+ISO_WITH_ZONE_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})$"
+_ISO_WITH_ZONE = re.compile(ISO_WITH_ZONE_PATTERN)
+
+
+def parse_instant(name: str, value: Any, problems: list[str]) -> datetime | None:
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str) or not _ISO_WITH_ZONE.match(value):
+        problems.append(
+            f"{name}={value!r} is not an ISO-8601 time with a zone (2026-11-01T00:00:00Z)"
+        )
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        problems.append(f"{name}={value!r} is not a real date and time")
+        return None
+
+
+def _bounded_int(name: str, value: Any, high: int, problems: list[str]) -> int | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        problems.append(f"{name}={value!r} is not an integer")
+        return None
+    if not 1 <= value <= high:
+        problems.append(f"{name}={value} is outside 1..{high}")
+        return None
+    return value
+
+
+def _window(
+    mode: str, raw: Mapping[str, Any], problems: list[str]
+) -> tuple[datetime | None, datetime | None]:
+    start = parse_instant("reprocess_from", raw.get("reprocess_from"), problems)
+    end = parse_instant("reprocess_to", raw.get("reprocess_to"), problems)
+    if mode == "reprocess":
+        if start is None or end is None:
+            problems.append("mode=reprocess needs both reprocess_from and reprocess_to")
+        elif end <= start:
+            problems.append(
+                f"the window ends ({end.isoformat()}) before it starts ({start.isoformat()})"
+            )
+    elif raw.get("reprocess_from") or raw.get("reprocess_to"):
+        problems.append(f"reprocess_from/reprocess_to only apply to mode=reprocess, not {mode}")
+    return start, end
+
+
+def _layers(mode: str, value: Any, problems: list[str]) -> tuple[str, ...]:
+    if value is None:
+        return LAYERS
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        problems.append(f"layers={value!r} is not a list")
+        return LAYERS
+    unknown = [layer for layer in value if layer not in LAYERS]
+    if unknown:
+        problems.append(f"layers {unknown} are not among {', '.join(LAYERS)}")
+    layers = tuple(layer for layer in LAYERS if layer in value)
+    if not layers:
+        problems.append("layers is empty: choose at least one of bronze, silver, gold")
+    elif mode != "incremental" and layers == ("bronze",):
+        problems.append(f"mode={mode} re-derives silver and gold; bronze alone has nothing to do")
+    return layers
+
+
+@dataclass(frozen=True)
+class RunParams:
+    mode: str = "incremental"
+    reprocess_from: datetime | None = None
+    reprocess_to: datetime | None = None
+    layers: tuple[str, ...] = LAYERS
+    max_files_per_trigger: int | None = None
+    max_offsets_per_trigger: int | None = None
+    dry_run: bool = False
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> RunParams:
+        problems: list[str] = []
+        unknown = sorted(set(raw) - {f.name for f in fields(cls)})
+        if unknown:
+            problems.append(f"unknown parameters {unknown}")
+        mode = raw.get("mode") or "incremental"
+        if mode not in MODES:
+            problems.append(f"mode={mode!r} is not one of {', '.join(MODES)}")
+        start, end = _window(mode, raw, problems)
+        layers = _layers(mode, raw.get("layers"), problems)
+        dry_run = raw.get("dry_run", False)
+        if not isinstance(dry_run, bool):
+            problems.append(f"dry_run={dry_run!r} is not true or false")
+        max_files = _bounded_int(
+            "max_files_per_trigger",
+            raw.get("max_files_per_trigger"),
+            MAX_FILES_PER_TRIGGER,
+            problems,
+        )
+        max_offsets = _bounded_int(
+            "max_offsets_per_trigger",
+            raw.get("max_offsets_per_trigger"),
+            MAX_OFFSETS_PER_TRIGGER,
+            problems,
+        )
+        if problems:
+            raise InvalidRunParams("Refused to run: " + "; ".join(problems) + ".")
+        return cls(
+            mode=mode,
+            reprocess_from=start,
+            reprocess_to=end,
+            layers=layers,
+            max_files_per_trigger=max_files,
+            max_offsets_per_trigger=max_offsets,
+            dry_run=bool(dry_run),
+        )
+
+    def job_args(self, layer: str) -> list[str]:
+        """Arguments for ``jobs/<layer>.py`` that carry these params."""
+        args = ["--mode", self.mode]
+        if self.reprocess_from and self.reprocess_to:
+            args += ["--reprocess-from", self.reprocess_from.isoformat()]
+            args += ["--reprocess-to", self.reprocess_to.isoformat()]
+        if layer == "bronze" and self.max_files_per_trigger:
+            args += ["--max-files-per-trigger", str(self.max_files_per_trigger)]
+        if layer == "bronze" and self.max_offsets_per_trigger:
+            args += ["--max-offsets-per-trigger", str(self.max_offsets_per_trigger)]
+        return args
+
+    def describe(self) -> str:
+        what = {
+            "incremental": "process what arrived since the last run",
+            "reprocess": (
+                f"re-derive silver and gold from bronze for event_ts in "
+                f"[{self.reprocess_from}, {self.reprocess_to})"
+            ),
+            "full_refresh": "rebuild silver and gold from all of bronze",
+        }[self.mode]
+        return f"{self.mode}: {what}; layers {', '.join(self.layers)}"

@@ -1,0 +1,146 @@
+"""Deployment settings: environment variables with defaults, read in this one place.
+
+Environments are data, not branches: a laptop, CI and a cluster differ only in the values
+below. ``Settings.from_env()`` reads them and validates them once; everything else takes a
+``Settings`` object.
+
+=================================  ==========================================================
+variable                           meaning (default)
+=================================  ==========================================================
+``LAKEHOUSE_ROOT``                 root of all tables, landing files and checkpoints; a local
+                                   path or a URI such as ``s3a://bucket/lake``
+                                   (``<project>/data/lakehouse``)
+``LAKEHOUSE_SPARK_MASTER``         where jobs run: ``local[*]`` or ``spark://host:7077``;
+                                   unset, the Airflow connection ``lakehouse_spark`` decides,
+                                   and without one, local Spark
+``LAKEHOUSE_ORDERS_SOURCE``        ``file`` (landing folder) or ``kafka`` (``file``)
+``LAKEHOUSE_KAFKA_BOOTSTRAP``      Kafka brokers (``127.0.0.1:9092``)
+``LAKEHOUSE_ORDERS_SCHEDULE``      cron for ``orders_pipeline``; ``none`` for manual only
+                                   (``0 */3 * * *``)
+``LAKEHOUSE_SHUFFLE_PARTITIONS``   shuffle and Delta snapshot partitions (2 x cores, 2..200)
+``LAKEHOUSE_MAX_FILES_PER_TRIGGER``  landing files per micro-batch (``1000``)
+``LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER``  Kafka records per micro-batch (``200000``)
+``LAKEHOUSE_DRIVER_MEMORY``        driver memory for spark-submit (``2g``)
+``LAKEHOUSE_SPARK_CONF``           extra Spark settings, JSON object (``{}``)
+``LAKEHOUSE_JARS_DIR``             the local jar cache (``<project>/.cache/jars``)
+=================================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from lakehouse.errors import ConfigurationError
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+
+SourceKind = Literal["file", "kafka"]
+_MASTER_RE = re.compile(
+    r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[\w.\-]+(:\d+)?(,[\w.\-]+(:\d+)?)*|yarn|k8s://\S+)$"
+)
+
+
+def _default_partitions() -> int:
+    return max(2, min(200, 2 * (os.cpu_count() or 1)))
+
+
+def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name}={raw!r} is not an integer.") from None
+    if not low <= value <= high:
+        raise ConfigurationError(f"{name}={value} is outside {low}..{high}.")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Typed deployment settings. Build with ``from_env``; derive variants with ``replace``."""
+
+    root: str
+    spark_master: str | None = None
+    orders_source: SourceKind = "file"
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    orders_schedule: str | None = "0 */3 * * *"
+    shuffle_partitions: int = field(default_factory=_default_partitions)
+    max_files_per_trigger: int = 1000
+    max_offsets_per_trigger: int = 200_000
+    driver_memory: str = "2g"
+    extra_spark_conf: Mapping[str, str] = field(default_factory=dict)
+    project_dir: Path = PROJECT_DIR
+    jars_dir: Path = PROJECT_DIR / ".cache" / "jars"
+
+    def __post_init__(self) -> None:
+        if not self.root:
+            raise ConfigurationError("LAKEHOUSE_ROOT is empty.")
+        if self.spark_master is not None and not _MASTER_RE.match(self.spark_master):
+            raise ConfigurationError(
+                f"LAKEHOUSE_SPARK_MASTER={self.spark_master!r} is not a Spark master URL "
+                "(local[*], local[N], spark://host:port, yarn, k8s://...)."
+            )
+        if self.orders_source not in ("file", "kafka"):
+            raise ConfigurationError(
+                f"LAKEHOUSE_ORDERS_SOURCE={self.orders_source!r}: use 'file' or 'kafka'."
+            )
+        if not re.fullmatch(r"\d+[kmgt]", self.driver_memory.lower()):
+            raise ConfigurationError(
+                f"LAKEHOUSE_DRIVER_MEMORY={self.driver_memory!r}: use e.g. 2g."
+            )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        project_dir = Path(env.get("LAKEHOUSE_HOME") or PROJECT_DIR)
+        schedule = env.get("LAKEHOUSE_ORDERS_SCHEDULE", "0 */3 * * *").strip()
+        extra_raw = env.get("LAKEHOUSE_SPARK_CONF", "").strip() or "{}"
+        try:
+            extra = json.loads(extra_raw)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(f"LAKEHOUSE_SPARK_CONF is not a JSON object: {exc}") from None
+        if not isinstance(extra, dict):
+            raise ConfigurationError("LAKEHOUSE_SPARK_CONF must be a JSON object.")
+        return cls(
+            root=env.get("LAKEHOUSE_ROOT") or str(project_dir / "data" / "lakehouse"),
+            spark_master=env.get("LAKEHOUSE_SPARK_MASTER") or None,
+            orders_source=env.get("LAKEHOUSE_ORDERS_SOURCE", "file").strip().lower() or "file",  # type: ignore[arg-type]
+            kafka_bootstrap=env.get("LAKEHOUSE_KAFKA_BOOTSTRAP") or "127.0.0.1:9092",
+            orders_schedule=None if schedule.lower() in ("", "none", "null") else schedule,
+            shuffle_partitions=_int(
+                env, "LAKEHOUSE_SHUFFLE_PARTITIONS", _default_partitions(), 1, 10_000
+            ),
+            max_files_per_trigger=_int(env, "LAKEHOUSE_MAX_FILES_PER_TRIGGER", 1000, 1, 1_000_000),
+            max_offsets_per_trigger=_int(
+                env, "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER", 200_000, 1, 100_000_000
+            ),
+            driver_memory=env.get("LAKEHOUSE_DRIVER_MEMORY") or "2g",
+            extra_spark_conf={str(k): str(v) for k, v in extra.items()},
+            project_dir=project_dir,
+            jars_dir=Path(env.get("LAKEHOUSE_JARS_DIR") or project_dir / ".cache" / "jars"),
+        )
+
+    def with_root(self, root: str | Path) -> Settings:
+        return replace(self, root=str(root))
+
+    @property
+    def root_is_local(self) -> bool:
+        return "://" not in self.root or self.root.startswith("file://")
+
+    def path(self, relative: str) -> str:
+        """Absolute location of ``relative`` under the root (a path or a URI)."""
+        return f"{self.root.rstrip('/')}/{relative.strip('/')}"
+
+    def local_path(self, relative: str) -> Path:
+        """Like ``path`` for a local root; raises for object stores."""
+        if not self.root_is_local:
+            raise ConfigurationError(f"{self.root} is not a local folder.")
+        return Path(self.root.removeprefix("file://")) / relative

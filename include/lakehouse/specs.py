@@ -1,0 +1,243 @@
+"""Declarations of tables, record rules and pipelines: frozen dataclasses checked on creation.
+
+A pipeline is data: its tables, the rules a raw record must keep, and the streams (one per
+layer) that move records from the source to bronze, silver and gold. The jobs in ``jobs/``
+compile these declarations into Spark code; the DAGs read them to wire tasks and assets.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from lakehouse.errors import ConfigurationError
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*/[a-z][a-z0-9_]*$")
+_IDENT_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+# Table properties that would quietly break exactly-once. The transaction identifiers
+# that make replayed micro-batches no-ops must outlive the longest pause of any stream.
+FORBIDDEN_TABLE_PROPERTIES = frozenset({"delta.setTransactionRetentionDuration"})
+
+Layer = Literal["bronze", "silver", "gold", "ops"]
+FieldKind = Literal["id", "enum", "timestamp", "text", "string", "decimal", "count"]
+
+
+def schema_fields(schema_ddl: str) -> list[tuple[str, str]]:
+    """``(name, type)`` pairs of a DDL schema such as ``a STRING, b DECIMAL(18,2) NOT NULL``."""
+    depth, parts, current = 0, [], ""
+    for char in schema_ddl:
+        depth += (char in "(<") - (char in ")>")
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    fields = []
+    for part in filter(str.strip, parts):
+        name, type_ddl = part.strip().split(None, 1)
+        type_ddl = re.sub(r"\s+NOT\s+NULL\s*$", "", type_ddl, flags=re.IGNORECASE)
+        fields.append((name.strip("`"), type_ddl.strip()))
+    return fields
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A Delta table under the lakehouse root.
+
+    Parameters
+    ----------
+    name
+        ``<layer>/<table>``; also its path under the root.
+    schema
+        Column definitions in Spark DDL; tables are created from it, never inferred.
+    partition_by, zorder_by
+        Physical layout; ``zorder_by`` is used by OPTIMIZE.
+    properties
+        Delta table properties set on creation.
+    allow_full_refresh
+        Whether ``full_refresh`` may rebuild this table from its upstream.
+    """
+
+    name: str
+    schema: str
+    description: str = ""
+    partition_by: tuple[str, ...] = ()
+    zorder_by: tuple[str, ...] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    allow_full_refresh: bool = True
+
+    def __post_init__(self) -> None:
+        if not _NAME_RE.match(self.name):
+            raise ConfigurationError(f"table name {self.name!r} must look like 'layer/table'.")
+        columns = set(self.columns)
+        unknown = [c for c in (*self.partition_by, *self.zorder_by) if c not in columns]
+        if unknown:
+            raise ConfigurationError(
+                f"{self.name}: layout columns {unknown} are not in the schema."
+            )
+        if set(self.partition_by) & set(self.zorder_by):
+            raise ConfigurationError(f"{self.name}: cannot Z-order by a partition column.")
+        forbidden = FORBIDDEN_TABLE_PROPERTIES & set(self.properties)
+        if forbidden:
+            raise ConfigurationError(
+                f"{self.name}: {sorted(forbidden)} would expire the transaction ids that make "
+                "replayed micro-batches idempotent; leave it unset."
+            )
+
+    @property
+    def layer(self) -> str:
+        return self.name.split("/")[0]
+
+    @property
+    def columns(self) -> list[str]:
+        return [name for name, _ in schema_fields(self.schema)]
+
+    @property
+    def checkpoint(self) -> str:
+        """Checkpoint of the stream that writes this table, relative to the root."""
+        return f"_checkpoints/{self.name}"
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One field of a raw JSON record and the rule it must keep.
+
+    Kinds: ``id`` (non-empty string, or JSON integer kept as its decimal text), ``enum``
+    (exactly one of ``allowed``), ``timestamp`` (ISO-8601 with a zone), ``text`` (non-empty
+    string), ``string`` (any string), ``decimal`` (JSON number or decimal-notation string
+    within ``minimum..maximum``, rounded half up to ``scale``), ``count`` (integer >= 0 as a
+    JSON integer or a string of digits).
+    """
+
+    name: str
+    kind: FieldKind
+    required: bool = True
+    # Required unless <field> holds one of <values>, e.g. ("event_type", ("cancelled",)).
+    optional_when: tuple[str, tuple[str, ...]] | None = None
+    allowed: tuple[str, ...] = ()
+    minimum: str | None = None
+    maximum: str | None = None
+    precision: int = 18
+    scale: int = 2
+
+    def __post_init__(self) -> None:
+        if not _IDENT_RE.match(self.name):
+            raise ConfigurationError(f"field name {self.name!r} is not a plain identifier.")
+        if self.kind == "enum" and not self.allowed:
+            raise ConfigurationError(f"enum field {self.name!r} needs allowed values.")
+        if self.kind != "enum" and self.allowed:
+            raise ConfigurationError(f"only enum fields take allowed values ({self.name!r}).")
+        if self.optional_when and not self.required:
+            raise ConfigurationError(f"{self.name!r}: optional_when only makes sense if required.")
+
+
+@dataclass(frozen=True)
+class RecordSpec:
+    """The rules for one raw record: a JSON object with these fields (others are ignored)."""
+
+    fields: tuple[FieldSpec, ...]
+
+    def __post_init__(self) -> None:
+        names = [f.name for f in self.fields]
+        if len(names) != len(set(names)):
+            raise ConfigurationError(f"duplicate field names in {names}.")
+        for spec in self.fields:
+            if spec.optional_when and spec.optional_when[0] not in names:
+                raise ConfigurationError(f"{spec.name!r} depends on unknown field.")
+
+    def field(self, name: str) -> FieldSpec:
+        for spec in self.fields:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class UpsertSpec:
+    """How valid events become current state: one row per ``key``, the greatest
+    ``order_by`` tuple wins, ties broken by a hash of the raw record so that any order of
+    arrival gives the same table. ``rename`` maps event fields to state columns."""
+
+    key: str
+    order_by: tuple[str, ...]
+    rename: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """One layer's streaming query: where it reads, which tables it writes.
+
+    The checkpoint belongs to the first target; a query never shares its checkpoint.
+    """
+
+    layer: Layer
+    targets: tuple[str, ...]
+    source_table: str | None = None
+    read_change_feed: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.targets:
+            raise ConfigurationError(f"stream {self.layer} has no target table.")
+
+    @property
+    def job(self) -> str:
+        """The Spark application under ``jobs/`` that runs this stream."""
+        return f"jobs/{self.layer}.py"
+
+    @property
+    def checkpoint(self) -> str:
+        return f"_checkpoints/{self.targets[0]}"
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """A medallion pipeline: raw source -> bronze -> silver (+ quarantine) -> gold."""
+
+    name: str
+    description: str
+    landing: str
+    kafka_topics: tuple[str, ...]
+    record: RecordSpec
+    upsert: UpsertSpec
+    tables: tuple[TableSpec, ...]
+    streams: tuple[StreamSpec, ...]
+    gold_transform: str
+
+    def __post_init__(self) -> None:
+        if not _IDENT_RE.match(self.name):
+            raise ConfigurationError(f"pipeline name {self.name!r} is not a plain identifier.")
+        names = {t.name for t in self.tables}
+        for stream in self.streams:
+            missing = [t for t in (*stream.targets, stream.source_table) if t and t not in names]
+            if missing:
+                raise ConfigurationError(f"{self.name}.{stream.layer} uses undeclared {missing}.")
+        layers = [s.layer for s in self.streams]
+        if len(layers) != len(set(layers)):
+            raise ConfigurationError(f"{self.name}: one stream per layer, got {layers}.")
+        checkpoints = [s.checkpoint for s in self.streams]
+        if len(checkpoints) != len(set(checkpoints)):
+            raise ConfigurationError(f"{self.name}: two streams share a checkpoint.")
+
+    def table(self, name: str) -> TableSpec:
+        for spec in self.tables:
+            if spec.name == name:
+                return spec
+        raise KeyError(f"{self.name} has no table {name!r}")
+
+    def stream(self, layer: str) -> StreamSpec:
+        for spec in self.streams:
+            if spec.layer == layer:
+                return spec
+        raise KeyError(f"{self.name} has no {layer!r} stream")
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        return tuple(s.layer for s in self.streams)
+
+    def consumers_of(self, table: str) -> tuple[StreamSpec, ...]:
+        """Streams that read ``table``: their checkpoints pin the versions VACUUM must keep."""
+        return tuple(s for s in self.streams if s.source_table == table)

@@ -1,0 +1,127 @@
+"""Spark settings and the spark-submit command, built in one place for every caller.
+
+The in-process session factory (``jobs.session``), the Airflow operator and the tests all
+take their Spark configuration from ``spark_conf`` and their command from ``SubmitSpec``,
+so a job behaves the same under ``pytest``, ``airflow dags test`` and a real cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lakehouse.jars import spark_jars
+from lakehouse.settings import Settings
+
+LOCAL_MASTER = "local[*]"
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+
+def spark_conf(settings: Settings) -> dict[str, str]:
+    """Spark and Delta settings every session of this project uses (jars excluded)."""
+    partitions = str(settings.shuffle_partitions)
+    conf = {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # All timestamps are UTC, in SQL and in the JVM.
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.extraJavaOptions": (
+            f"-Duser.timezone=UTC -Dlog4j.configurationFile=file:{LOG4J_CONFIG}"
+        ),
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+        # 200 shuffle partitions and 50 Delta snapshot partitions are pure overhead on small
+        # machines; both scale with the cores here.
+        "spark.sql.shuffle.partitions": partitions,
+        "spark.default.parallelism": partitions,
+        "spark.databricks.delta.snapshotPartitions": partitions,
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.streaming.numRecentProgressUpdates": "1000",
+        # Safety switches stay on: VACUUM refuses short retention, missing files fail loudly.
+        "spark.databricks.delta.retentionDurationCheck.enabled": "true",
+        "spark.sql.files.ignoreMissingFiles": "false",
+        "spark.sql.streaming.stopTimeout": "60s",
+    }
+    conf.update(settings.extra_spark_conf)
+    return conf
+
+
+def code_archive(settings: Settings) -> Path:
+    """A zip of ``lakehouse`` and ``jobs`` for ``--py-files``, named by its content hash.
+
+    Executors on a real cluster import the project's code from it; building it is cheap
+    and happens only when the code changed.
+    """
+    sources: list[tuple[Path, str]] = []
+    for package, directory in (
+        ("lakehouse", settings.project_dir / "include" / "lakehouse"),
+        ("jobs", settings.project_dir / "jobs"),
+    ):
+        for path in sorted(directory.rglob("*.py")):
+            sources.append((path, f"{package}/{path.relative_to(directory).as_posix()}"))
+    digest = hashlib.sha256()
+    for path, name in sources:
+        digest.update(name.encode())
+        digest.update(path.read_bytes())
+    target = settings.project_dir / "build" / f"lakehouse-{digest.hexdigest()[:12]}.zip"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(f".{os.getpid()}.tmp")
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path, name in sources:
+            # A fixed timestamp keeps the archive identical for identical code.
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            archive.writestr(info, path.read_bytes())
+    partial.replace(target)
+    return target
+
+
+@dataclass(frozen=True)
+class SubmitSpec:
+    """Everything spark-submit needs for one job run."""
+
+    application: str
+    args: tuple[str, ...]
+    name: str
+    conf: dict[str, str] = field(default_factory=dict)
+    jars: tuple[str, ...] = ()
+    py_files: tuple[str, ...] = ()
+    driver_memory: str = "2g"
+
+    def argv(self, master: str, spark_submit: str = "spark-submit") -> list[str]:
+        command = [spark_submit, "--master", master, "--name", self.name]
+        command += ["--driver-memory", self.driver_memory]
+        for key, value in sorted(self.conf.items()):
+            command += ["--conf", f"{key}={value}"]
+        if self.jars:
+            command += ["--jars", ",".join(self.jars)]
+        if self.py_files:
+            command += ["--py-files", ",".join(self.py_files)]
+        return [*command, self.application, *self.args]
+
+
+def job_submit_spec(
+    settings: Settings,
+    pipeline: str,
+    layer: str,
+    *,
+    run_id: str,
+    summary_file: str | None = None,
+    extra_args: tuple[str, ...] = (),
+) -> SubmitSpec:
+    """The spark-submit spec for one layer of one pipeline (``jobs/<layer>.py``)."""
+    args = ["--pipeline", pipeline, "--root", settings.root, "--run-id", run_id]
+    if summary_file:
+        args += ["--summary-file", summary_file]
+    return SubmitSpec(
+        application=str(settings.project_dir / "jobs" / f"{layer}.py"),
+        args=(*args, *extra_args),
+        name=f"lakehouse-{pipeline}-{layer}",
+        conf=spark_conf(settings),
+        jars=tuple(spark_jars(settings)),
+        py_files=(str(code_archive(settings)),),
+        driver_memory=settings.driver_memory,
+    )

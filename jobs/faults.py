@@ -1,0 +1,28 @@
+"""Fault injection for the exactly-once tests: fail or die at a named point of a batch.
+
+``LAKEHOUSE_FAULT=<point>[:kill]`` makes ``inject(<point>)`` raise ``InjectedFault`` (or, with
+``:kill``, end the process at once with SIGKILL, as a lost machine would). Unset, ``inject``
+is a dictionary lookup. Points: ``silver.after_quarantine``, ``silver.after_merge``,
+``gold.after_merge``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+class InjectedFault(RuntimeError):
+    """Raised at a fault point chosen by ``LAKEHOUSE_FAULT``."""
+
+
+def inject(point: str) -> None:
+    wanted = os.environ.get("LAKEHOUSE_FAULT")
+    if not wanted:
+        return
+    name, _, how = wanted.partition(":")
+    if name != point:
+        return
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise InjectedFault(f"fault injected at {point}")

@@ -1,0 +1,44 @@
+"""The one Spark session factory, for jobs and tests alike.
+
+Under ``spark-submit`` the master and jars come from the command line; run in-process (tests,
+a notebook), the factory sets them from the settings. Either way the Spark and Delta settings
+are the same ones, from ``lakehouse.submit.spark_conf``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pyspark.sql import SparkSession
+
+from lakehouse.jars import spark_jars
+from lakehouse.preflight import java_executable
+from lakehouse.settings import Settings
+from lakehouse.submit import LOCAL_MASTER, spark_conf
+
+
+def launched_by_spark_submit() -> bool:
+    # spark-submit starts the JVM first and hands its gateway port to the Python driver.
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def build_spark(
+    app_name: str,
+    settings: Settings,
+    *,
+    master: str | None = None,
+    extra_conf: dict[str, str] | None = None,
+) -> SparkSession:
+    """Get or create the session for ``app_name`` with Delta, UTC and right-sized shuffles."""
+    builder = SparkSession.builder.appName(app_name)
+    if not launched_by_spark_submit():
+        java_executable()  # a named error instead of "Java gateway process exited"
+        builder = builder.master(master or settings.spark_master or LOCAL_MASTER)
+        builder = builder.config("spark.jars", ",".join(spark_jars(settings)))
+        builder = builder.config("spark.driver.memory", settings.driver_memory)
+        builder = builder.config("spark.ui.enabled", "false")
+    for key, value in {**spark_conf(settings), **(extra_conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

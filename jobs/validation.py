@@ -1,0 +1,245 @@
+"""Compile a ``RecordSpec`` into Spark column expressions: typed values and broken rules.
+
+Every raw record is parsed once into a VARIANT (``try_parse_json``), so the JSON type of each
+field is known exactly: ``"12"`` is a string, ``12`` an integer, ``12.5`` a decimal and
+``{"a": 1}`` an object, which ``from_json`` with string fields cannot tell apart.
+
+A record is valid when it breaks no rule. Each broken rule is named ``<rule>:<field>``
+(``missing:total``, ``wrong_type:order_id``, ``no_zone:event_ts``...) or, for the whole
+record, ``invalid_utf8``, ``not_json``, ``duplicate_key`` or ``not_object``. ``reasons``
+lists them all in field order; ``reason`` is the first.
+
+The work is staged in projections (parse, extract each field once, check each field, combine)
+because Spark does not share a subexpression that sits inside a ``CASE WHEN`` branch: written
+as one projection, the parse would run once per rule that looks at the record.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from lakehouse.specs import FieldSpec, RecordSpec
+
+_TS_WITH_ZONE = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$"
+)
+_TS_WITHOUT_ZONE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?$"
+_DECIMAL_NOTATION = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$"
+_DIGITS = r"^[0-9]+$"
+# Wide enough for any value we keep, exact to 10 places before the final rounding.
+_WIDE_DECIMAL = "decimal(38,10)"
+
+VALID_COL = "is_valid"
+REASONS_COL = "reasons"
+REASON_COL = "reason"
+
+_WRAPPED, _DOC = "__wrapped", "__doc"
+
+
+def _sub(name: str) -> str:
+    return f"__sub_{name}"
+
+
+def _type(name: str) -> str:
+    return f"__type_{name}"
+
+
+def _text(name: str) -> str:
+    return f"__text_{name}"
+
+
+def _value(name: str) -> str:
+    return f"__value_{name}"
+
+
+def _bad(name: str) -> str:
+    return f"__bad_{name}"
+
+
+def _is_decimal_type(kind_type: Column) -> Column:
+    return kind_type.startswith("DECIMAL(")
+
+
+def _is_number_type(kind_type: Column) -> Column:
+    return kind_type.isin("BIGINT", "DOUBLE", "FLOAT") | _is_decimal_type(kind_type)
+
+
+def _rule(rule: str, field: str) -> Column:
+    return F.lit(f"{rule}:{field}")
+
+
+def _single_json(raw: Column, wrapped: Column) -> Column:
+    """True when ``raw`` is exactly one JSON value.
+
+    Spark's JSON parsers stop after the first value and ignore what follows, so
+    ``{"a":1} junk`` or two objects on one line would pass. Parsed inside ``[...]``
+    (``wrapped``), anything after the value breaks the array or adds a second element; the
+    rare record with a ``]`` is also parsed inside ``{"v": ...}``, which no trailing ``]``
+    survives.
+    """
+    return (
+        wrapped.isNotNull()
+        & F.try_variant_get(wrapped, "$[1]", "variant").isNull()
+        & (
+            ~raw.contains("]")
+            | F.try_parse_json(F.concat(F.lit('{"v":'), raw, F.lit("}"))).isNotNull()
+        )
+    )
+
+
+def _only_duplicate_keys(raw: Column) -> Column:
+    """For a refused record: one JSON value that a duplicate-tolerant parser reads, so the
+    duplicate keys were the problem (evaluated for refused records only)."""
+    wrapped = F.concat(F.lit("["), raw, F.lit("]"))
+    return (
+        ~raw.contains("]")
+        & F.get_json_object(wrapped, "$[0]").isNotNull()
+        & F.get_json_object(wrapped, "$[1]").isNull()
+    )
+
+
+def _is_json_integer(kind_type: Column, raw: Column, name: str) -> Column:
+    """A JSON integer literal. VARIANT drops trailing zeros (``1.0`` becomes DECIMAL(1,0)) and
+    stores integers beyond BIGINT as DECIMAL(p,0), so those few are checked on the text."""
+    literal = F.get_json_object(raw, f"$.{name}")
+    return (
+        F.when(kind_type == F.lit("BIGINT"), F.lit(True))
+        .when(_is_decimal_type(kind_type) & kind_type.endswith(",0)"), literal.rlike(r"^-?[0-9]+$"))
+        .otherwise(F.lit(False))
+    )
+
+
+def _check(spec: FieldSpec, raw: Column) -> tuple[Column, Column]:
+    """(typed value, broken rule) of a present field; both read the extracted columns."""
+    name = spec.name
+    sub, kind_type, text = F.col(_sub(name)), F.col(_type(name)), F.col(_text(name))
+    is_string = kind_type == F.lit("STRING")
+
+    if spec.kind in ("id", "text", "string"):
+        non_empty = spec.kind in ("id", "text")
+        ok = is_string & (F.length(text) > 0) if non_empty else is_string
+        if spec.kind == "id":
+            ok = ok | _is_json_integer(kind_type, raw, name)
+        violation = F.when(ok, F.lit(None))
+        if non_empty:
+            violation = violation.when(is_string, _rule("empty", name))
+        return F.when(ok, text), violation.otherwise(_rule("wrong_type", name))
+
+    if spec.kind == "enum":
+        ok = is_string & text.isin(*spec.allowed)
+        violation = (
+            F.when(ok, F.lit(None))
+            .when(is_string, _rule("not_allowed", name))
+            .otherwise(_rule("wrong_type", name))
+        )
+        return F.when(ok, text), violation
+
+    if spec.kind == "timestamp":
+        # The pattern fixes the shape; the cast rejects impossible dates and times.
+        shaped = is_string & text.rlike(_TS_WITH_ZONE)
+        parsed = F.when(shaped, text.try_cast("timestamp"))
+        violation = (
+            F.when(~is_string, _rule("wrong_type", name))
+            .when(text.rlike(_TS_WITHOUT_ZONE), _rule("no_zone", name))
+            .when(~shaped, _rule("bad_format", name))
+            .when(parsed.isNull(), _rule("impossible_date", name))
+        )
+        return parsed, violation
+
+    if spec.kind == "decimal":
+        is_number = _is_number_type(kind_type)
+        is_notation = is_string & text.rlike(_DECIMAL_NOTATION)
+        number = F.when(is_number, F.try_variant_get(sub, "$", _WIDE_DECIMAL)).when(
+            is_notation, text.try_cast(_WIDE_DECIMAL)
+        )
+        in_range = number.isNotNull()
+        if spec.minimum is not None:
+            in_range = in_range & (number >= F.lit(spec.minimum).cast(_WIDE_DECIMAL))
+        if spec.maximum is not None:
+            in_range = in_range & (number <= F.lit(spec.maximum).cast(_WIDE_DECIMAL))
+        violation = F.when(~(is_number | is_notation), _rule("wrong_type", name)).when(
+            ~in_range, _rule("out_of_range", name)
+        )
+        # Casting to the narrower scale rounds half up.
+        value = F.when(in_range, number.cast(f"decimal({spec.precision},{spec.scale})"))
+        return value, violation
+
+    if spec.kind == "count":
+        is_integer = _is_json_integer(kind_type, raw, name)
+        is_digits = is_string & text.rlike(_DIGITS)
+        number = F.when(kind_type == F.lit("BIGINT"), F.try_variant_get(sub, "$", "bigint")).when(
+            is_digits, text.try_cast("bigint")
+        )
+        in_range = number.isNotNull() & (number >= 0)
+        violation = F.when(~(is_integer | is_digits), _rule("wrong_type", name)).when(
+            ~in_range, _rule("out_of_range", name)
+        )
+        return F.when(in_range, number), violation
+
+    raise ValueError(f"unknown field kind {spec.kind!r}")
+
+
+def with_validation(bronze_df: DataFrame, record: RecordSpec) -> DataFrame:
+    """Add typed field columns, ``reasons``, ``reason`` and ``is_valid`` to bronze rows."""
+    raw, raw_bytes = F.col("raw_value"), F.col("raw_bytes")
+    names = [spec.name for spec in record.fields]
+
+    # 1. Parse once; keep the record only if it is exactly one JSON value.
+    df = bronze_df.withColumn(_WRAPPED, F.try_parse_json(F.concat(F.lit("["), raw, F.lit("]"))))
+    df = df.withColumn(
+        _DOC,
+        F.when(
+            _single_json(raw, F.col(_WRAPPED)),
+            F.try_variant_get(F.col(_WRAPPED), "$[0]", "variant"),
+        ),
+    )
+    # 2. Extract each field once: its VARIANT, JSON type (null when absent, VOID for null), text.
+    df = df.select(
+        "*", *[F.try_variant_get(F.col(_DOC), f"$.{n}", "variant").alias(_sub(n)) for n in names]
+    )
+    df = df.select(
+        "*",
+        *[F.schema_of_variant(F.col(_sub(n))).alias(_type(n)) for n in names],
+        *[F.try_variant_get(F.col(_sub(n)), "$", "string").alias(_text(n)) for n in names],
+    )
+    # 3. Check each field.
+    checks = {spec.name: _check(spec, raw) for spec in record.fields}
+    df = df.select(
+        "*",
+        *[checks[n][0].alias(_value(n)) for n in names],
+        *[checks[n][1].alias(_bad(n)) for n in names],
+    )
+    # 4. Combine: a record-level problem, else every field's broken rule, in field order.
+    record_violation = (
+        F.when(raw_bytes.isNotNull(), F.lit("invalid_utf8"))
+        .when(F.col(_DOC).isNull() & _only_duplicate_keys(raw), F.lit("duplicate_key"))
+        .when(F.col(_DOC).isNull(), F.lit("not_json"))
+        .when(~F.schema_of_variant(F.col(_DOC)).startswith("OBJECT"), F.lit("not_object"))
+    )
+    violations = []
+    for spec in record.fields:
+        present = F.col(_type(spec.name)).isNotNull() & (F.col(_type(spec.name)) != F.lit("VOID"))
+        required: Column = F.lit(spec.required)
+        if spec.optional_when is not None:
+            other, values = spec.optional_when
+            required = ~F.coalesce(F.col(_value(other)).isin(*values), F.lit(False))
+        violations.append(
+            F.when(present, F.col(_bad(spec.name))).when(required, _rule("missing", spec.name))
+        )
+    reasons = F.when(record_violation.isNotNull(), F.array(record_violation)).otherwise(
+        F.array_compact(F.array(*violations))
+    )
+    df = df.withColumn(REASONS_COL, reasons)
+    valid = F.size(F.col(REASONS_COL)) == 0
+    temporary = [c for c in df.columns if c.startswith("__")]
+    return df.select(
+        *[c for c in bronze_df.columns],
+        *[F.when(valid, F.col(_value(n))).alias(n) for n in names],
+        F.col(REASONS_COL),
+        F.get(F.col(REASONS_COL), 0).alias(REASON_COL),
+        valid.alias(VALID_COL),
+        F.when(
+            F.col(_DOC).isNotNull(), F.try_variant_get(F.col(_DOC), "$.event_id", "string")
+        ).alias("raw_event_id"),
+    ).drop(*[c for c in temporary if c in bronze_df.columns])

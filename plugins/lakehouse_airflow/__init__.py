@@ -1,0 +1,1 @@
+"""Airflow glue for the lakehouse jobs: the spark-submit operator and the table assets."""

@@ -1,0 +1,108 @@
+"""DAG integrity: every DAG file parses cheaply and follows the project's policy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PROJECT_DIR
+
+DAG_FILES = sorted((PROJECT_DIR / "dags").glob("*.py"))
+HEAVY_MODULES = ("pyspark", "delta", "deltalake", "pandas", "pyarrow", "confluent_kafka")
+
+
+@pytest.fixture(scope="module")
+def dagbag():  # type: ignore[no-untyped-def]
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(PROJECT_DIR / "dags"))
+
+
+def test_no_import_errors(dagbag) -> None:  # type: ignore[no-untyped-def]
+    assert dagbag.import_errors == {}, "\n".join(
+        f"{path}: {error}" for path, error in dagbag.import_errors.items()
+    )
+
+
+@pytest.mark.parametrize("path", DAG_FILES, ids=lambda p: p.name)
+def test_dag_policy(path: Path, dagbag) -> None:  # type: ignore[no-untyped-def]
+    dags = [d for d in dagbag.dags.values() if Path(d.fileloc).resolve() == path.resolve()]
+    assert len(dags) == 1, f"{path.name} must define exactly one DAG"
+    dag = dags[0]
+    assert dag.dag_id == path.stem, f"{path.name}: dag_id {dag.dag_id!r} must equal the file stem"
+    assert dag.tags, f"{path.name}: tag the DAG"
+    assert dag.doc_md and len(dag.doc_md) > 100, f"{path.name}: doc_md explains the DAG"
+    assert dag.catchup is False, f"{path.name}: catchup must be off"
+    assert str(dag.start_date.tzinfo) == "UTC", f"{path.name}: start_date must be UTC"
+    assert dag.max_active_runs == 1, f"{path.name}: one active run at a time"
+    for task in dag.tasks:
+        if task.task_type.endswith("JobOperator"):
+            assert task.retries >= 1, f"{path.name}:{task.task_id} needs retries"
+            assert task.max_active_tis_per_dag == 1, f"{path.name}:{task.task_id}"
+
+
+def test_dag_files_import_nothing_heavy() -> None:
+    code = (
+        "import importlib.util, json, sys\n"
+        f"for path in {[str(p) for p in DAG_FILES]!r}:\n"
+        "    spec = importlib.util.spec_from_file_location('dag_' + str(abs(hash(path))), path)\n"
+        "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+        f"print(json.dumps(sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+def test_orders_pipeline_shape(dagbag) -> None:  # type: ignore[no-untyped-def]
+    dag = dagbag.dags["orders_pipeline"]
+    order = {t.task_id: sorted(t.upstream_task_ids) for t in dag.tasks}
+    assert order == {"plan": [], "bronze": ["plan"], "silver": ["bronze"], "gold": ["silver"]}
+    outlets = {t.task_id: sorted(a.name for a in t.outlets) for t in dag.tasks}
+    assert outlets["silver"] == ["lakehouse.silver.orders", "lakehouse.silver.orders_quarantine"]
+
+
+@pytest.mark.parametrize(
+    ("params", "ok"),
+    [
+        ({}, True),
+        (
+            {
+                "mode": "reprocess",
+                "reprocess_from": "2026-11-01T00:00:00Z",
+                "reprocess_to": "2026-11-02T00:00:00+01:00",
+            },
+            True,
+        ),
+        ({"mode": "full_refresh", "layers": ["silver", "gold"]}, True),
+        ({"mode": "replay"}, False),
+        ({"reprocess_from": "yesterday"}, False),
+        ({"layers": ["bronze", "platinum"]}, False),
+        ({"layers": []}, False),
+        ({"max_files_per_trigger": 0}, False),
+        ({"max_offsets_per_trigger": 10**12}, False),
+    ],
+)
+def test_params_schema_rejects_bad_values_before_a_run(dagbag, params: dict, ok: bool) -> None:  # type: ignore[no-untyped-def]
+    import copy
+
+    from airflow.sdk.definitions.param import ParamsDict
+
+    dag = dagbag.dags["orders_pipeline"]
+
+    def resolve() -> None:
+        merged = ParamsDict(copy.deepcopy(dag.params))
+        for key, value in params.items():
+            merged[key] = value
+        merged.validate()
+
+    if ok:
+        resolve()
+    else:
+        with pytest.raises(Exception, match=r"(?i)invalid|not valid|enum|minimum|maximum|format"):
+            resolve()
