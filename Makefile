@@ -22,13 +22,15 @@ $(STAMP): requirements.txt pyproject.toml
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
-	$(PY) -m pip install --quiet --no-deps -e .
+	@$(PY) -m pip install --quiet --no-deps -e . > $(VENV)/editable-install.log 2>&1 \
+		|| { cat $(VENV)/editable-install.log; exit 1; }
 	@touch $@
 
 .PHONY: setup
 setup: $(STAMP) ## Virtual environment, JVM jars and Airflow home (idempotent)
 	@$(PY) -c "from lakehouse.jars import resolve_all; from lakehouse.settings import Settings; resolve_all(Settings.from_env())"
 	@$(PY) -m lakehouse.local.airflow_home
+	@$(PY) -m lakehouse.local.warmup
 
 .PHONY: env
 env: ## Print shell exports: eval "$$(make -s env)"

@@ -1,9 +1,9 @@
 """Fault injection for the exactly-once tests: fail or die at a named point of a batch.
 
 ``LAKEHOUSE_FAULT=<point>[:kill]`` makes ``inject(<point>)`` raise ``InjectedFault`` (or, with
-``:kill``, end the process at once with SIGKILL, as a lost machine would). Unset, ``inject``
-is a dictionary lookup. Points: ``silver.after_quarantine``, ``silver.after_merge``,
-``gold.after_merge``.
+``:kill``, SIGKILL the whole process group, driver JVM and Python alike, as a lost machine
+would: start the job in its own session). Unset, ``inject`` is a dictionary lookup.
+Points: ``silver.after_quarantine``, ``silver.after_merge``, ``gold.after_merge``.
 """
 
 from __future__ import annotations
@@ -24,5 +24,5 @@ def inject(point: str) -> None:
     if name != point:
         return
     if how == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
     raise InjectedFault(f"fault injected at {point}")

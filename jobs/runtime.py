@@ -30,6 +30,7 @@ from jobs import storage
 from jobs.session import build_spark
 from jobs.tables import ensure_table
 from lakehouse.errors import LakehouseError
+from lakehouse.locks import table_locks
 from lakehouse.params import RunParams
 from lakehouse.pipelines import RUN_LOG, get_pipeline
 from lakehouse.preflight import check_root_writable
@@ -297,8 +298,10 @@ def run_job(
         spark = build_spark(f"lakehouse-{pipeline.name}-{layer}", settings)
         record.spark_master = spark.sparkContext.master
         ctx = JobContext(spark, settings, pipeline, stream, args)
-        t0 = time.monotonic()
-        result = body(ctx)
+        owner = f"{pipeline.name}.{layer} run {args.run_id}"
+        with table_locks(settings, stream.targets, owner, settings.lock_wait_s):
+            t0 = time.monotonic()
+            result = body(ctx)
         record.status = "succeeded"
         record.query_id = result.query_id
         record.batches = result.batches

@@ -164,3 +164,18 @@ def test_run_log_records_what_each_layer_did(lake: Lake) -> None:
     )
     assert log["gold"][:2] == ("test-run-1", "succeeded")
     assert log["gold"][3] == len(expected.gold)
+
+
+def test_a_second_writer_of_a_table_waits_then_stops(lake: Lake) -> None:
+    from lakehouse.locks import table_locks
+
+    lake.land(OrderEventGenerator(seed=18).batch(20))
+    assert lake.run("bronze") == 0
+    lake.monkeypatch.setenv("LAKEHOUSE_LOCK_WAIT_S", "1")
+    with table_locks(lake.settings, ["silver/orders_quarantine"], owner="a maintenance run"):
+        assert lake.run("silver") == 2  # refused: ConcurrentRun
+    assert not (lake.root / "silver" / "orders").exists(), "a refused run wrote nothing"
+    assert lake.run("silver") == 0
+    assert lake.table("silver/orders").count() > 0
+    statuses = [r[0] for r in lake.rows("ops/run_log", ["status"]) if r[0] != "succeeded"]
+    assert statuses == ["refused"]

@@ -23,6 +23,8 @@ variable                           meaning (default)
 ``LAKEHOUSE_DRIVER_MEMORY``        driver memory for spark-submit (``2g``)
 ``LAKEHOUSE_SPARK_CONF``           extra Spark settings, JSON object (``{}``)
 ``LAKEHOUSE_JARS_DIR``             the local jar cache (``<project>/.cache/jars``)
+``LAKEHOUSE_LOCK_WAIT_S``          how long a job waits for another writer of its tables
+                                   before it stops with ``ConcurrentRun`` (``60``)
 =================================  ==========================================================
 """
 
@@ -76,6 +78,7 @@ class Settings:
     max_files_per_trigger: int = 1000
     max_offsets_per_trigger: int = 200_000
     driver_memory: str = "2g"
+    lock_wait_s: int = 60
     extra_spark_conf: Mapping[str, str] = field(default_factory=dict)
     project_dir: Path = PROJECT_DIR
     jars_dir: Path = PROJECT_DIR / ".cache" / "jars"
@@ -123,6 +126,7 @@ class Settings:
                 env, "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER", 200_000, 1, 100_000_000
             ),
             driver_memory=env.get("LAKEHOUSE_DRIVER_MEMORY") or "2g",
+            lock_wait_s=_int(env, "LAKEHOUSE_LOCK_WAIT_S", 60, 0, 86_400),
             extra_spark_conf={str(k): str(v) for k, v in extra.items()},
             project_dir=project_dir,
             jars_dir=Path(env.get("LAKEHOUSE_JARS_DIR") or project_dir / ".cache" / "jars"),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lakehouse.jars import spark_jars
+from lakehouse.jvm import driver_java_options
 from lakehouse.settings import Settings
 
 LOCAL_MASTER = "local[*]"
@@ -28,9 +29,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         # All timestamps are UTC, in SQL and in the JVM.
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": (
-            f"-Duser.timezone=UTC -Dlog4j.configurationFile=file:{LOG4J_CONFIG}"
-        ),
+        "spark.driver.extraJavaOptions": driver_java_options(settings, LOG4J_CONFIG),
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         # 200 shuffle partitions and 50 Delta snapshot partitions are pure overhead on small
         # machines; both scale with the cores here.
