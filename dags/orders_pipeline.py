@@ -144,6 +144,7 @@ def orders_pipeline() -> None:
         ctx: Context = context  # type: ignore[assignment]
         try:
             params = RunParams.parse(dict(ctx["params"]))
+            params.check_against(ORDERS)
         except InvalidRunParams as exc:
             raise AirflowFailException(str(exc)) from None
         description = params.describe()

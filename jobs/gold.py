@@ -21,11 +21,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs import faults
-from jobs.delta_writes import dml_transaction
+from jobs.delta_writes import dml_transaction, last_commit_metrics
 from jobs.runtime import JobContext, StreamResult, checkpoint_query_id, run_job, run_stream
 from jobs.tables import ensure_table
 from jobs.transforms import GOLD_TRANSFORMS, GoldTransform
-from lakehouse.errors import InvalidRunParams
 
 log = logging.getLogger("lakehouse.gold")
 
@@ -87,9 +86,38 @@ def make_batch_writer(
     return write_batch
 
 
+def recompute_all(
+    ctx: JobContext, silver_location: str, gold_location: str, *, overwrite: bool
+) -> dict[str, int]:
+    """Gold from all of current silver: an atomic overwrite (``full_refresh``) or a MERGE that
+    touches only the rows that differ and deletes keys with no order left (``reprocess``)."""
+    from delta.tables import DeltaTable
+
+    transform = GOLD_TRANSFORMS[ctx.pipeline.gold_transform]
+    gold_columns = ctx.pipeline.table(ctx.stream.targets[0]).columns
+    recomputed_df = transform.full(ctx.spark.read.format("delta").load(silver_location)).select(
+        *gold_columns
+    )
+    if overwrite:
+        recomputed_df.write.format("delta").mode("overwrite").save(gold_location)
+    else:
+        keys = " AND ".join(f"t.{c} = s.{c}" for c in transform.key_columns)
+        values = [c for c in gold_columns if c not in transform.key_columns]
+        same = " AND ".join(f"t.{c} <=> s.{c}" for c in values)
+        (
+            DeltaTable.forPath(ctx.spark, gold_location)
+            .alias("t")
+            .merge(recomputed_df.alias("s"), keys)
+            .whenMatchedUpdate(condition=f"NOT ({same})", set={c: f"s.{c}" for c in values})
+            .whenNotMatchedInsertAll()
+            .whenNotMatchedBySourceDelete()
+            .execute()
+        )
+    metrics = last_commit_metrics(ctx.spark, gold_location)
+    return {k: int(v) for k, v in metrics.items() if k.startswith("num")}
+
+
 def body(ctx: JobContext) -> StreamResult:
-    if ctx.args.params.mode != "incremental":
-        raise InvalidRunParams(f"mode={ctx.args.params.mode} is not available yet.")
     silver = ctx.pipeline.table(ctx.stream.source_table or "")
     gold = ctx.pipeline.table(ctx.stream.targets[0])
     silver_location = ensure_table(ctx.spark, ctx.settings, silver)
@@ -103,6 +131,12 @@ def body(ctx: JobContext) -> StreamResult:
     )
     result = run_stream(ctx, writer)
     result.details["keys_recomputed"] = ctx.counters.rows_out
+    mode = ctx.args.params.mode
+    if mode != "incremental":
+        # Gold is a function of silver: re-deriving it means recomputing it from silver.
+        result.details[mode] = recompute_all(
+            ctx, silver_location, gold_location, overwrite=mode == "full_refresh"
+        )
     return result
 
 

@@ -294,12 +294,14 @@ def run_job(
             settings = settings.with_root(args.root)
         pipeline = get_pipeline(args.pipeline)
         stream = pipeline.stream(layer)
+        args.params.check_against(pipeline)
         check_root_writable(settings)
         spark = build_spark(f"lakehouse-{pipeline.name}-{layer}", settings)
         record.spark_master = spark.sparkContext.master
         ctx = JobContext(spark, settings, pipeline, stream, args)
         owner = f"{pipeline.name}.{layer} run {args.run_id}"
-        with table_locks(settings, stream.targets, owner, settings.lock_wait_s):
+        locked = args.params.locked_tables(pipeline, layer)
+        with table_locks(settings, locked, owner, settings.lock_wait_s):
             t0 = time.monotonic()
             result = body(ctx)
         record.status = "succeeded"

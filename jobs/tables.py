@@ -6,7 +6,7 @@ from pyspark.sql import SparkSession
 
 from lakehouse.errors import ConfigurationError
 from lakehouse.settings import Settings
-from lakehouse.specs import TableSpec
+from lakehouse.specs import TableSpec, schema_fields
 
 
 def quote_path(location: str) -> str:
@@ -25,12 +25,25 @@ def create_statement(spec: TableSpec, location: str) -> str:
     return " ".join(parts)
 
 
+def add_missing_columns(spark: SparkSession, spec: TableSpec, location: str) -> list[str]:
+    """Add the declared columns an existing table lacks (new nullable columns only: the one
+    schema change every reader and every running stream tolerates). Returns their names."""
+    existing = {c.lower() for c in spark.read.format("delta").load(location).columns}
+    missing = [(n, t) for n, t in schema_fields(spec.schema) if n.lower() not in existing]
+    if missing:
+        columns = ", ".join(f"{name} {type_ddl}" for name, type_ddl in missing)
+        spark.sql(f"ALTER TABLE {quote_path(location)} ADD COLUMNS ({columns})")
+    return [name for name, _ in missing]
+
+
 def ensure_table(spark: SparkSession, settings: Settings, spec: TableSpec) -> str:
-    """Create ``spec`` under the root unless it exists; return its location."""
+    """Create ``spec`` under the root unless it exists, or add the columns it lacks; return
+    its location."""
     from delta.tables import DeltaTable
 
     location = settings.path(spec.name)
     if DeltaTable.isDeltaTable(spark, location):
+        add_missing_columns(spark, spec, location)
         return location
     try:
         spark.sql(create_statement(spec, location))

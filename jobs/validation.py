@@ -243,3 +243,24 @@ def with_validation(bronze_df: DataFrame, record: RecordSpec) -> DataFrame:
             F.col(_DOC).isNotNull(), F.try_variant_get(F.col(_DOC), "$.event_id", "string")
         ).alias("raw_event_id"),
     ).drop(*[c for c in temporary if c in bronze_df.columns])
+
+
+EVENT_TS_HINT = "event_ts_hint"
+ORDER_ID_HINT = "order_id_hint"
+
+
+def with_hints(
+    records_df: DataFrame, ts_field: str = "event_ts", key_field: str = "order_id"
+) -> DataFrame:
+    """Add ``event_ts_hint`` and ``order_id_hint``: the two fields as far as they can be read
+    from any record, valid or not (null when they cannot).
+
+    One cheap parse with a two-field schema; it selects the records a reprocess window
+    touches. For a valid record the hints equal its validated ``event_ts`` and ``order_id``.
+    """
+    hints = F.from_json(F.col("raw_value"), f"{ts_field} STRING, {key_field} STRING")
+    return records_df.withColumn("__hints", hints).select(
+        *records_df.columns,
+        F.col(f"__hints.{ts_field}").try_cast("timestamp").alias(EVENT_TS_HINT),
+        F.col(f"__hints.{key_field}").alias(ORDER_ID_HINT),
+    )

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from lakehouse.errors import InvalidRunParams
+from lakehouse.specs import PipelineSpec
 
 MODES = ("incremental", "reprocess", "full_refresh")
 LAYERS = ("bronze", "silver", "gold")
@@ -134,6 +135,33 @@ class RunParams:
             max_offsets_per_trigger=max_offsets,
             dry_run=bool(dry_run),
         )
+
+    def check_against(self, pipeline: PipelineSpec) -> None:
+        """Refuse what the pipeline's declarations forbid: ``full_refresh`` of a table declared
+        ``allow_full_refresh=False``."""
+        if self.mode != "full_refresh":
+            return
+        refused = [
+            table
+            for layer in self.layers
+            if layer != "bronze"
+            for table in pipeline.stream(layer).targets
+            if not pipeline.table(table).allow_full_refresh
+        ]
+        if refused:
+            raise InvalidRunParams(
+                f"Refused to run: full_refresh is not allowed for {', '.join(refused)} "
+                "(declared allow_full_refresh=False)."
+            )
+
+    def locked_tables(self, pipeline: PipelineSpec, layer: str) -> list[str]:
+        """Tables a layer job holds while it runs: the ones it writes and, when it re-derives
+        them, the one it reads (so that the input cannot move under the recompute)."""
+        stream = pipeline.stream(layer)
+        tables = list(stream.targets)
+        if self.mode != "incremental" and stream.source_table:
+            tables.append(stream.source_table)
+        return tables
 
     def job_args(self, layer: str) -> list[str]:
         """Arguments for ``jobs/<layer>.py`` that carry these params."""

@@ -26,10 +26,13 @@ BRONZE_SCHEMA = (
     "ingested_at TIMESTAMP, ingest_date DATE"
 )
 
+# event_ts_hint: the record's event_ts as far as it can be read (null if it cannot), so that
+# a reprocess of an event_ts window can replace exactly the quarantine rows of that window.
 QUARANTINE_SCHEMA = (
     "raw_value STRING, raw_bytes BINARY, reason STRING, reasons ARRAY<STRING>, "
     "event_id STRING, source STRING, source_file STRING, kafka_topic STRING, "
-    "kafka_partition INT, kafka_offset BIGINT, ingested_at TIMESTAMP, quarantined_at TIMESTAMP"
+    "kafka_partition INT, kafka_offset BIGINT, ingested_at TIMESTAMP, quarantined_at TIMESTAMP, "
+    "event_ts_hint TIMESTAMP"
 )
 
 RUN_LOG = TableSpec(

@@ -28,6 +28,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from lakehouse import errors
 from lakehouse.params import RunParams
+from lakehouse.pipelines import get_pipeline
 from lakehouse.settings import Settings
 from lakehouse.submit import LOCAL_MASTER, job_submit_spec
 
@@ -132,7 +133,8 @@ class LakehouseJobOperator(SparkSubmitOperator):
         settings = self._settings = Settings.from_env()
         try:
             params = RunParams.parse(dict(context["params"]))
-        except errors.InvalidRunParams as exc:
+            params.check_against(get_pipeline(self.pipeline))
+        except errors.LakehouseError as exc:
             raise AirflowFailException(f"[{exc.code}] {exc}") from None
         if self.layer not in params.layers:
             raise AirflowSkipException(f"{self.layer} is not among this run's layers")

@@ -1,0 +1,166 @@
+"""reprocess and full_refresh: each leaves the contract exact and is a no-op when repeated;
+bad parameters are refused before anything changes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from lakehouse.errors import InvalidRunParams
+from lakehouse.params import RunParams
+from lakehouse.pipelines import ORDERS
+from lakehouse.sample_data import OrderEventGenerator, render_file
+from lakehouse.specs import PipelineSpec, TableSpec
+from tests.conftest import Lake
+from tests.oracle import comparable, expected_tables, split_records
+
+DAY1 = "2026-11-02T00:00:00Z"
+DAY2 = "2026-11-03T00:00:00Z"
+TABLES = ("silver/orders", "silver/orders_quarantine", "gold/sales_hourly")
+
+
+def deliver(lake: Lake, lines: list[bytes], seed: int) -> list[bytes]:
+    content = render_file(lines, random.Random(seed))
+    lake.land(content)
+    return split_records(content)
+
+
+@pytest.fixture
+def loaded(lake: Lake) -> tuple[Lake, list[bytes]]:
+    """Two days of orders (the generator's clock crosses midnight), all layers run once."""
+    generator = OrderEventGenerator(seed=41, start=OrderEventGenerator().start.replace(hour=20))
+    delivered = deliver(lake, generator.batch(150), seed=1)
+    delivered += deliver(lake, generator.batch(90) + generator.flush_late(), seed=2)
+    lake.run_all()
+    return lake, delivered
+
+
+def corrupt(lake: Lake) -> None:
+    """What a bug in silver or gold logic would have left behind."""
+    for statement in (
+        f"UPDATE delta.`{lake.settings.path('silver/orders')}` SET total = total + 1 "
+        "WHERE last_event_ts >= '2026-11-02' AND last_event_ts < '2026-11-03'",
+        f"DELETE FROM delta.`{lake.settings.path('silver/orders_quarantine')}` "
+        "WHERE event_ts_hint >= '2026-11-02' AND event_ts_hint < '2026-11-03' "
+        "AND reason LIKE 'missing%'",
+        f"UPDATE delta.`{lake.settings.path('gold/sales_hourly')}` SET orders = orders + 7",
+    ):
+        lake.spark.sql(statement)
+
+
+def test_reprocess_re_derives_the_window_and_nothing_else(loaded: tuple[Lake, list[bytes]]) -> None:
+    lake, delivered = loaded
+    expected = comparable(expected_tables(delivered))
+    assert lake.contract_view() == expected
+    corrupt(lake)
+    outside = {k: v for k, v in lake.silver().items() if v[10].day != 2}
+    corrupted_outside = {k: v for k, v in outside.items() if v != expected["silver"][k]}
+    args = ("--mode", "reprocess", "--reprocess-from", DAY1, "--reprocess-to", DAY2)
+    for layer in ("silver", "gold"):
+        assert lake.run(layer, *args) == 0
+    view = lake.contract_view()
+    assert view["quarantine"] == expected["quarantine"]
+    assert view["gold"] == expected["gold"]
+    window = {k: v for k, v in view["silver"].items() if v[10].day == 2}
+    assert window == {k: v for k, v in expected["silver"].items() if v[10].day == 2}
+    assert corrupted_outside == {}, "the corruption only touched the window"
+
+    # Repeating the reprocess changes nothing.
+    before = lake.snapshot()
+    for layer in ("silver", "gold"):
+        assert lake.run(layer, *args) == 0
+    assert lake.snapshot() == before
+
+
+def test_full_refresh_rebuilds_without_an_empty_table_and_repeats_as_a_no_op(
+    loaded: tuple[Lake, list[bytes]],
+) -> None:
+    from deltalake import DeltaTable
+
+    lake, delivered = loaded
+    corrupt(lake)
+    versions = {t: lake.version(t) for t in TABLES}
+    for layer in ("silver", "gold"):
+        assert lake.run(layer, "--mode", "full_refresh") == 0
+    assert lake.contract_view() == comparable(expected_tables(delivered))
+    for table in TABLES:
+        # The rebuild is one overwrite commit; no version a reader could see is empty.
+        latest = lake.version(table)
+        operations = [
+            h["operation"]
+            for h in DeltaTable(lake.settings.path(table)).history(5)
+            if h["version"] > versions[table]
+        ]
+        assert operations[0] == "WRITE" and operations.count("WRITE") == 1, (table, operations)
+        for version in range(versions[table], latest + 1):
+            rows = (
+                DeltaTable(lake.settings.path(table), version=version).to_pyarrow_table().num_rows
+            )
+            assert rows > 0, f"{table} was empty at version {version}"
+
+    before = lake.snapshot()
+    for layer in ("silver", "gold"):
+        assert lake.run(layer, "--mode", "full_refresh") == 0
+    assert lake.snapshot() == before
+
+
+def test_new_data_after_a_full_refresh_is_read_once(loaded: tuple[Lake, list[bytes]]) -> None:
+    lake, delivered = loaded
+    generator = OrderEventGenerator(seed=42)
+    delivered += deliver(lake, generator.batch(60), seed=3)
+    assert lake.run("bronze") == 0
+    # Not yet in silver: the refresh must catch the stream up first, then rebuild.
+    for layer in ("silver", "gold"):
+        assert lake.run(layer, "--mode", "full_refresh") == 0
+    delivered += deliver(lake, generator.batch(40) + generator.flush_late(), seed=4)
+    lake.run_all()
+    assert lake.contract_view() == comparable(expected_tables(delivered))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--mode", "replay"), "mode='replay' is not one of"),
+        (("--mode", "reprocess"), "needs both reprocess_from and reprocess_to"),
+        (("--mode", "reprocess", "--reprocess-from", DAY2, "--reprocess-to", DAY1), "ends"),
+        (
+            ("--mode", "reprocess", "--reprocess-from", "2026-11-02", "--reprocess-to", DAY2),
+            "not an ISO-8601 time with a zone",
+        ),
+        (("--mode", "incremental", "--reprocess-from", DAY1), "only apply to mode=reprocess"),
+        (("--max-files-per-trigger", "0"), "outside 1.."),
+    ],
+)
+def test_bad_params_are_refused_and_change_nothing(
+    loaded: tuple[Lake, list[bytes]],
+    args: tuple[str, ...],
+    message: str,
+    capfd: pytest.CaptureFixture,
+) -> None:
+    lake, _ = loaded
+    versions = {t: lake.version(t) for t in TABLES}
+    assert lake.run("silver", *args) == 2
+    err = capfd.readouterr().err
+    assert "ERROR [InvalidRunParams]" in err and message in err
+    assert {t: lake.version(t) for t in TABLES} == versions
+
+
+def test_full_refresh_is_refused_for_tables_that_forbid_it() -> None:
+    frozen = TableSpec(
+        name="silver/orders",
+        schema=ORDERS.table("silver/orders").schema,
+        allow_full_refresh=False,
+    )
+    pipeline = PipelineSpec(
+        **{
+            **{f: getattr(ORDERS, f) for f in ORDERS.__dataclass_fields__},
+            "tables": tuple(frozen if t.name == frozen.name else t for t in ORDERS.tables),
+        }
+    )
+    params = RunParams.parse({"mode": "full_refresh"})
+    with pytest.raises(InvalidRunParams, match=r"not allowed for silver/orders"):
+        params.check_against(pipeline)
+    RunParams.parse({"mode": "full_refresh"}).check_against(ORDERS)  # allowed by default
+    # Bronze is declared allow_full_refresh=False; a refresh never rebuilds it.
+    assert not ORDERS.table("bronze/orders_events").allow_full_refresh
