@@ -139,17 +139,22 @@ def orders_pipeline() -> None:
         from airflow.sdk.exceptions import AirflowFailException
 
         from lakehouse.errors import InvalidRunParams
-        from lakehouse.params import RunParams
+        from lakehouse_airflow.run_params import effective_params
 
         ctx: Context = context  # type: ignore[assignment]
         try:
-            params = RunParams.parse(dict(ctx["params"]))
-            params.check_against(ORDERS)
+            params = effective_params(ctx, ORDERS)
         except InvalidRunParams as exc:
             raise AirflowFailException(str(exc)) from None
-        description = params.describe()
-        print(f"orders_pipeline: {description}")
-        return {"mode": params.mode, "layers": list(params.layers), "description": description}
+        report = [params.describe()]
+        if params.dry_run:
+            from lakehouse.pending import dry_run_report
+
+            report = dry_run_report(Settings.from_env(), ORDERS, params)
+            report.append("dry run: nothing was changed; the layer tasks are skipped")
+        for line in report:
+            print(line)
+        return {"mode": params.mode, "layers": list(params.layers), "report": report}
 
     previous = plan()
     for layer in LAYERS:

@@ -27,10 +27,10 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from lakehouse import errors
-from lakehouse.params import RunParams
 from lakehouse.pipelines import get_pipeline
 from lakehouse.settings import Settings
 from lakehouse.submit import LOCAL_MASTER, job_submit_spec
+from lakehouse_airflow.run_params import effective_params
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -132,12 +132,13 @@ class LakehouseJobOperator(SparkSubmitOperator):
 
         settings = self._settings = Settings.from_env()
         try:
-            params = RunParams.parse(dict(context["params"]))
-            params.check_against(get_pipeline(self.pipeline))
+            params = effective_params(context, get_pipeline(self.pipeline))
         except errors.LakehouseError as exc:
             raise AirflowFailException(f"[{exc.code}] {exc}") from None
         if self.layer not in params.layers:
             raise AirflowSkipException(f"{self.layer} is not among this run's layers")
+        if params.dry_run:
+            raise AirflowSkipException("dry run: the plan task says what this layer would do")
         try:
             preflight.java_executable()
             preflight.check_root_writable(settings)
