@@ -10,6 +10,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SOURCE ?= file
 PYTEST_ARGS ?=
+CHROMIUM ?= /usr/bin/chromium
 
 export LAKEHOUSE_HOME := $(CURDIR)
 
@@ -42,8 +43,15 @@ demo: setup ## Sample data, two orders_pipeline runs through Airflow, a summary 
 	@$(PY) -m lakehouse.local.demo --source $(SOURCE)
 
 .PHONY: test
-test: setup ## The test suite (starts the Kafka broker and Spark cluster it needs)
+test: setup browser ## The test suite (starts the Kafka broker and Spark cluster it needs)
 	@$(PY) -m pytest $(PYTEST_ARGS)
+
+.PHONY: browser
+browser: ## Debian's chromium for the UI test (apt-get, once; needs root)
+	@[ -x $(CHROMIUM) ] || { \
+		echo "installing Debian's chromium for the browser test"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 .PHONY: lint
 lint: $(STAMP) ## ruff (lint + format check) and mypy

@@ -1,0 +1,144 @@
+"""A real Airflow (API server, scheduler, DAG processor) in a scratch home, for UI tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lakehouse.local.env import subprocess_env
+from lakehouse.settings import Settings
+
+PORT = 8080
+
+
+@dataclass
+class AirflowServer:
+    url: str
+    home: Path
+    env: dict[str, str]
+    user: str = "admin"
+
+    @property
+    def password(self) -> str:
+        return str(json.loads((self.home / "passwords.json").read_text())[self.user])
+
+    def token(self) -> str:
+        body = json.dumps({"username": self.user, "password": self.password}).encode()
+        request = urllib.request.Request(
+            f"{self.url}/auth/token", body, {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return str(json.load(response)["access_token"])
+
+    def api(self, method: str, path: str, payload: Any = None) -> Any:
+        data = None if payload is None else json.dumps(payload).encode()
+        request = urllib.request.Request(
+            f"{self.url}/api/v2{path}",
+            data,
+            {"Content-Type": "application/json", "Authorization": f"Bearer {self.token()}"},
+            method=method,
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            text = response.read()
+        return json.loads(text) if text else None
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float = 900) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            if state in ("success", "failed"):
+                return str(state)
+            time.sleep(3)
+        raise TimeoutError(f"{dag_id} {run_id} did not finish in {timeout_s:.0f}s")
+
+
+def _wait_http(url: str, timeout_s: float, processes: list[subprocess.Popen]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for process in processes:
+            if process.poll() is not None:
+                raise RuntimeError(f"{process.args} exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except (urllib.error.URLError, OSError):
+            time.sleep(1)
+    raise TimeoutError(f"{url} did not answer in {timeout_s:.0f}s")
+
+
+@contextmanager
+def airflow_server(home: Path, logs: Path, **env_overrides: str) -> Iterator[AirflowServer]:
+    """Migrate a fresh database in ``home`` and run the three services until the block ends."""
+    settings = Settings.from_env()
+    home.mkdir(parents=True, exist_ok=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    env = subprocess_env(settings)
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+            "AIRFLOW__API__PORT": str(PORT),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{PORT}",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{PORT}/execution/",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            **env_overrides,
+        }
+    )
+    subprocess.run(["airflow", "db", "migrate"], env=env, check=True, capture_output=True)
+    processes: list[subprocess.Popen] = []
+    url = f"http://127.0.0.1:{PORT}"
+
+    def start(*service: str) -> None:
+        log = open(logs / f"airflow-{service[0]}.log", "w")  # noqa: SIM115
+        processes.append(
+            subprocess.Popen(
+                ["airflow", *service],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+
+    try:
+        # Tasks report to the API server: it must answer before the scheduler starts any.
+        start("api-server", "--port", str(PORT))
+        _wait_http(f"{url}/api/v2/monitor/health", 180, processes)
+        start("scheduler")
+        start("dag-processor")
+        server = AirflowServer(url, home, env)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                server.api("GET", "/dags/orders_pipeline")
+                break
+            except urllib.error.HTTPError:
+                time.sleep(2)
+        else:
+            raise TimeoutError("orders_pipeline was not parsed in 180s")
+        yield server
+    finally:
+        for process in processes:
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
