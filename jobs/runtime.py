@@ -72,6 +72,11 @@ def parse_args(argv: Sequence[str], layer: str) -> JobArgs:
     parser.add_argument("--reprocess-to", help="reprocess window end (exclusive)")
     parser.add_argument("--max-files-per-trigger", type=int)
     parser.add_argument("--max-offsets-per-trigger", type=int)
+    parser.add_argument(
+        "--accept-data-loss",
+        action="store_true",
+        help="Kafka: go on past records that aged out before they were read (this run only)",
+    )
     ns = parser.parse_args(list(argv))
     return JobArgs(
         pipeline=ns.pipeline,
@@ -85,6 +90,7 @@ def parse_args(argv: Sequence[str], layer: str) -> JobArgs:
                 "reprocess_to": ns.reprocess_to,
                 "max_files_per_trigger": ns.max_files_per_trigger,
                 "max_offsets_per_trigger": ns.max_offsets_per_trigger,
+                "accept_data_loss": ns.accept_data_loss,
             }
         ),
     )
