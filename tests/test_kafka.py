@@ -13,7 +13,9 @@ import os
 import re
 import secrets
 import signal
+import sqlite3
 import subprocess
+import threading
 import time
 import uuid
 from collections import Counter
@@ -322,6 +324,161 @@ def test_sasl_credentials_from_the_access_file_work_and_stay_hidden(
         ),
     }
     assert leaks == dict.fromkeys(leaks, False)
+
+
+def _processes() -> dict[int, tuple[str, bytes]]:
+    """Every process's command line (as ``ps`` shows it) and, when readable, environment."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone meanwhile
+        found[int(entry.name)] = (cmdline, environ)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.airflow
+def test_airflow_reads_kafka_over_sasl_and_the_password_shows_nowhere(
+    kafka_lake: KafkaLake, tmp_path: Path
+) -> None:
+    """The whole DAG through Airflow and spark-submit, with the lakehouse_kafka connection
+    (from a secrets backend) logging in to the broker's SASL listener. The password is a
+    canary: it must not appear in the task logs, the rendered fields or XCom (Airflow's
+    database), the command line or environment of any process during the run, the run log
+    or any file of the lake, and the access file must be gone afterwards."""
+    from lakehouse.local import services
+    from lakehouse.local.env import airflow_home
+
+    lake = kafka_lake.lake
+    settings = Settings.from_env()
+    canary = services.kafka_plain_password(settings)
+    kafka_lake.create(partitions=2)
+    records = OrderEventGenerator(seed=43).batch(60)
+    kafka_lake.produce(keyed(records))
+
+    connections = tmp_path / "connections.json"
+    connections.write_text(
+        json.dumps(
+            {
+                "lakehouse_kafka": {
+                    "conn_type": "generic",
+                    "host": kafka_lake.ports.sasl_bootstrap,
+                    "login": services.KAFKA_PLAIN_USER,
+                    "password": canary,
+                    "extra": {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN"},
+                }
+            }
+        )
+    )
+    connections.chmod(0o600)
+    task_tmp = tmp_path / "task-tmp"
+    task_tmp.mkdir()
+    env = subprocess_env(
+        settings,
+        LAKEHOUSE_ROOT=str(lake.root),
+        AIRFLOW__SECRETS__BACKEND="airflow.secrets.local_filesystem.LocalFilesystemBackend",
+        AIRFLOW__SECRETS__BACKEND_KWARGS=json.dumps({"connections_file_path": str(connections)}),
+        AIRFLOW__LOGGING__BASE_LOG_FOLDER=str(tmp_path / "logs"),
+        TMPDIR=str(task_tmp),
+    )
+    env.pop("LAKEHOUSE_KAFKA_BOOTSTRAP")  # the connection names the brokers
+    env.pop("LAKEHOUSE_FAULT", None)
+
+    process = subprocess.Popen(
+        ["airflow", "dags", "test", "orders_pipeline"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    exposed: list[str] = []
+    bronze_submits: set[int] = set()
+
+    def watch() -> None:
+        while process.poll() is None:
+            for pid, (cmdline, environ) in _processes().items():
+                if canary in cmdline or canary.encode() in environ:
+                    exposed.append(cmdline[:300])
+                if "jobs/bronze.py" in cmdline and "SparkSubmit" in cmdline:
+                    bronze_submits.add(pid)
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    output, _ = process.communicate(timeout=1500)
+    watcher.join(timeout=10)
+    assert process.returncode == 0 and "state=success" in output, output[-6000:]
+    assert lake.contract_view() == comparable(expected_tables(records))
+
+    # The run went through the SASL listener with the connection's login...
+    assert f"Kafka: {kafka_lake.ports.sasl_bootstrap} over SASL_PLAINTEXT as lakehouse (PLAIN)" in (
+        output
+    )
+    assert bronze_submits, "the process watcher never saw the bronze spark-submit"
+    # ...and its password is nowhere to be seen.
+    database = b"".join(
+        p.read_bytes() for p in airflow_home(settings).glob("airflow.db*") if p.is_file()
+    )
+    leaks = {
+        "task output": canary in output,
+        "task log files": any(
+            canary.encode() in p.read_bytes() for p in (tmp_path / "logs").rglob("*") if p.is_file()
+        ),
+        "Airflow database (XCom, rendered fields)": canary.encode() in database,
+        "process command lines or environments": bool(exposed),
+        "run log": canary in repr(lake.rows("ops/run_log")),
+        "lake files": any(
+            canary.encode() in p.read_bytes() for p in lake.root.rglob("*") if p.is_file()
+        ),
+        "the access file, left behind": any(task_tmp.rglob("kafka-access.json")),
+        "temporary files": any(
+            canary.encode() in p.read_bytes() for p in task_tmp.rglob("*") if p.is_file()
+        ),
+    }
+    assert leaks == dict.fromkeys(leaks, False)
+    # The places searched are the right ones: they hold this run's summary and fields.
+    run_id = re.search(r"run_id=(manual__[^,\s]+)", output)
+    assert run_id is not None
+    with sqlite3.connect(airflow_home(settings) / "airflow.db") as db:
+        summary = db.execute(
+            "SELECT value FROM xcom WHERE dag_id = 'orders_pipeline' AND task_id = 'bronze' "
+            "AND run_id = ?",
+            (run_id.group(1),),
+        ).fetchone()
+        fields = db.execute(
+            "SELECT rendered_fields FROM rendered_task_instance_fields WHERE task_id = 'bronze' "
+            "AND run_id = ?",
+            (run_id.group(1),),
+        ).fetchone()
+    assert json.loads(summary[0])["rows_out"] == len(records)
+    assert fields is not None
+
+
+@pytest.mark.airflow
+def test_the_operator_refuses_before_any_jvm_starts(kafka_lake: KafkaLake) -> None:
+    """The operator's pre-flight check fails the task at once (no retry) and spark-submit
+    never runs: here, for a topic that was never created."""
+    lake = kafka_lake.lake
+    result = subprocess.run(
+        ["airflow", "tasks", "test", "orders_pipeline", "bronze"],
+        env=subprocess_env(Settings.from_env(), LAKEHOUSE_ROOT=str(lake.root)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    output = result.stdout + result.stderr
+    assert "new_state=failed" in output, output[-3000:]
+    assert (
+        f"[KafkaTopicNotFound] Kafka topic {kafka_lake.topic} does not exist on "
+        f"{kafka_lake.bootstrap}. What to do: Create the topic"
+    ) in output
+    assert "Spark-Submit cmd" not in output
+    assert not lake.root.joinpath("ops").exists(), "no job ran, so no run was logged"
 
 
 # --------------------------------------------------------------- without a broker

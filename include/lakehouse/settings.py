@@ -165,6 +165,9 @@ class Settings:
     def with_root(self, root: str | Path) -> Settings:
         return replace(self, root=str(root))
 
+    def with_source(self, source: SourceKind) -> Settings:
+        return replace(self, orders_source=source)
+
     @property
     def root_is_local(self) -> bool:
         return "://" not in self.root or self.root.startswith("file://")

@@ -104,16 +104,26 @@ def upsert_scram_user(
         future.result(timeout=TIMEOUT_S)
 
 
-def earliest_offsets(where: str | KafkaAccess, topic: str) -> dict[int, int]:
-    """Each partition's earliest offset still on the broker."""
+def _offsets(where: str | KafkaAccess, topic: str, latest: bool) -> dict[int, int]:
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
     client = admin(where)
     metadata = client.list_topics(topic, timeout=TIMEOUT_S)
     partitions = [TopicPartition(topic, p) for p in metadata.topics[topic].partitions]
-    result = client.list_offsets({p: OffsetSpec.earliest() for p in partitions})
+    spec = OffsetSpec.latest() if latest else OffsetSpec.earliest()
+    result = client.list_offsets({p: spec for p in partitions})
     return {p.partition: result[p].result(timeout=TIMEOUT_S).offset for p in partitions}
+
+
+def earliest_offsets(where: str | KafkaAccess, topic: str) -> dict[int, int]:
+    """Each partition's earliest offset still on the broker."""
+    return _offsets(where, topic, latest=False)
+
+
+def latest_offsets(where: str | KafkaAccess, topic: str) -> dict[int, int]:
+    """Each partition's next offset (how many records it ever had)."""
+    return _offsets(where, topic, latest=True)
 
 
 Record = bytes | None | tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, int]
