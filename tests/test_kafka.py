@@ -33,6 +33,7 @@ from lakehouse.kafka import KafkaAccess, Watermarks
 from lakehouse.local import kafka_dev
 from lakehouse.local.env import subprocess_env
 from lakehouse.local.services import KafkaPorts
+from lakehouse.pipelines import ORDERS
 from lakehouse.sample_data import OrderEventGenerator
 from lakehouse.settings import Settings
 from lakehouse.specs import KafkaSubscription
@@ -614,3 +615,19 @@ def test_topic_subscriptions_are_checked() -> None:
     ]:
         with pytest.raises(ConfigurationError, match=problem):
             KafkaSubscription(topics, pattern)
+    for env, problem in [
+        (
+            {"LAKEHOUSE_ORDERS_KAFKA_TOPICS": "a", "LAKEHOUSE_ORDERS_KAFKA_TOPIC_PATTERN": "a.*"},
+            "not both",
+        ),
+        ({"LAKEHOUSE_KAFKA_BOOTSTRAP": "kafka://b1:9092"}, "use host:port"),
+    ]:
+        with pytest.raises(ConfigurationError, match=problem):
+            Settings.from_env({"LAKEHOUSE_ROOT": "/tmp/lake", **env})
+    settings = Settings.from_env(
+        {"LAKEHOUSE_ROOT": "/tmp/lake", "LAKEHOUSE_ORDERS_KAFKA_TOPICS": "a, b"}
+    )
+    assert kafka.subscription(ORDERS, settings) == KafkaSubscription(("a", "b"))
+    assert kafka.subscription(ORDERS, Settings.from_env({"LAKEHOUSE_ROOT": "/tmp/lake"})) == (
+        KafkaSubscription(("orders.events",))
+    )
