@@ -34,8 +34,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from lakehouse import errors
-from lakehouse.kafka import ACCESS_FILE_ENV as _ACCESS_FILE_ENV
+from lakehouse import errors, kafka
 from lakehouse.params import RunParams
 from lakehouse.pipelines import get_pipeline
 from lakehouse.settings import Settings
@@ -43,8 +42,6 @@ from lakehouse.submit import LOCAL_MASTER, job_submit_spec
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-    from lakehouse.kafka import KafkaAccess
 
 SPARK_CONN_ID = "lakehouse_spark"
 KAFKA_CONN_ID = "lakehouse_kafka"
@@ -175,7 +172,7 @@ class LakehouseJobOperator(SparkSubmitOperator):
                 except errors.LakehouseError as exc:
                     raise _failure(exc) from None
                 # The path only: the job reads the settings from the file.
-                self.env_vars = {**(self.env_vars or {}), _ACCESS_FILE_ENV: str(access_file)}
+                self.env_vars = {**(self.env_vars or {}), kafka.ACCESS_FILE_ENV: str(access_file)}
             summary_file = Path(tmp) / "summary.json"
             spec = job_submit_spec(
                 settings,
@@ -231,23 +228,21 @@ class LakehouseJobOperator(SparkSubmitOperator):
         stream = get_pipeline(self.pipeline).stream(self.layer)
         return stream.source_table is None and settings.orders_source == "kafka"
 
-    def _kafka_access(self, settings: Settings) -> KafkaAccess:
+    def _kafka_access(self, settings: Settings) -> kafka.KafkaAccess:
         """Brokers and credentials from the Kafka connection, its secrets masked at once."""
         from airflow.sdk import BaseHook
         from airflow.sdk.exceptions import AirflowNotFoundException
         from airflow.sdk.log import mask_secret
 
-        from lakehouse.kafka import KafkaAccess
-
         try:
             conn = BaseHook.get_connection(self.kafka_conn_id)
         except AirflowNotFoundException:
             self.log.info("no connection %s: Kafka without security", self.kafka_conn_id)
-            return KafkaAccess(bootstrap_servers=settings.kafka_brokers)
+            return kafka.KafkaAccess(bootstrap_servers=settings.kafka_brokers)
         if conn.password:
             mask_secret(conn.password)
         extra = conn.extra_dejson  # masks the extras whose names say they are secret
-        access = KafkaAccess.from_connection(
+        access = kafka.KafkaAccess.from_connection(
             host=conn.host,
             port=conn.port,
             login=conn.login,
@@ -261,11 +256,11 @@ class LakehouseJobOperator(SparkSubmitOperator):
         self.log.info("Kafka: %s (connection %s)", access.describe(), self.kafka_conn_id)
         return access
 
-    def _check_kafka(self, settings: Settings, access: KafkaAccess, params: RunParams) -> None:
+    def _check_kafka(
+        self, settings: Settings, access: kafka.KafkaAccess, params: RunParams
+    ) -> None:
         """The pre-flight offset check, before any JVM starts (local roots; the job checks
         again in any case, with Spark's file system)."""
-        from lakehouse import kafka
-
         if not settings.root_is_local:
             return
         pipeline = get_pipeline(self.pipeline)
