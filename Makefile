@@ -68,7 +68,7 @@ spark-down: ## Stop the local Spark standalone cluster
 	@[ ! -x $(PY) ] || $(PY) -m lakehouse.local.services down spark
 
 .PHONY: kafka-up
-kafka-up: setup ## Start a local single-node Kafka broker (KRaft) on 127.0.0.1:9092
+kafka-up: setup ## Start a local Kafka broker (KRaft) on 127.0.0.1:9092, SASL on :9094
 	@$(PY) -m lakehouse.local.services up kafka
 
 .PHONY: kafka-down

@@ -19,6 +19,10 @@ quarantined, micro-batches, rows per second) as the task's XCom.
 (re-derive silver and gold from bronze for `event_ts` in `[reprocess_from, reprocess_to)`)
 or `full_refresh` (rebuild silver and gold from all of bronze). A bad value refuses the run
 before anything starts. Schedule: `LAKEHOUSE_ORDERS_SCHEDULE` (every 3 hours by default).
+
+**Kafka** (`LAKEHOUSE_ORDERS_SOURCE=kafka`): brokers and credentials come from the
+`lakehouse_kafka` connection. Records that aged out of a topic before bronze read them fail
+the run with `KafkaOffsetsLost`; `accept_data_loss` lets one run go on without them.
 """
 
 from __future__ import annotations
@@ -111,6 +115,17 @@ PARAMS = {
         title="Kafka records per micro-batch",
         description="Raise for a catch-up; empty uses LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER.",
         section="Rate limits",
+    ),
+    "accept_data_loss": Param(
+        False,
+        type="boolean",
+        title="Go on past lost Kafka records",
+        description=(
+            "Only after a KafkaOffsetsLost failure, once the loss is understood: bronze reads "
+            "from the earliest offsets still on the brokers and records the lost ranges in "
+            "ops/run_log. For this run only."
+        ),
+        section="Recovery",
     ),
     "dry_run": Param(
         False,

@@ -1,17 +1,29 @@
 """Bronze: every raw record, exactly once, as text with where it came from.
 
-Reads the landing folder (JSON Lines files) as a stream and appends each non-blank line to
+Reads the landing folder (JSON Lines files) or Kafka as a stream and appends each record to
 ``bronze/<pipeline>_events`` through Delta's streaming sink, which commits the data and the
 micro-batch id atomically: a replayed batch is skipped, so nothing lands twice. Nothing is
-parsed away: the line's text is kept as is (invalid UTF-8 keeps its bytes too).
+parsed away: the record's text is kept as is (invalid UTF-8 keeps its bytes too).
+
+* Files: a record is a non-blank line; its file and modification time are kept.
+* Kafka: a record is a message value, whatever it holds: an empty or blank value is a record
+  (silver quarantines it as ``not_json``), and so is a null value (a tombstone), kept with a
+  null ``raw_value``; bronze has exactly one row per offset read. Topic, partition, offset,
+  Kafka timestamp and key are kept. A new checkpoint starts from the earliest offsets, a
+  partition added later is read from its start, and ``maxOffsetsPerTrigger`` splits a backlog
+  into micro-batches. Before the query starts, ``lakehouse.kafka.check_offsets`` compares the
+  checkpoint with the brokers; records that aged out unread stop the run with
+  ``KafkaOffsetsLost`` (as does Spark's own ``failOnDataLoss``, should they age out later).
 
 Run by ``spark-submit jobs/bronze.py --pipeline orders``.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -20,12 +32,15 @@ from jobs import storage
 from jobs.delta_writes import rows_written_since, table_version
 from jobs.runtime import JobContext, StreamResult, run_job, run_stream
 from jobs.tables import ensure_table
-from jobs.transforms import filter_not_blank, with_raw_record
+from jobs.transforms import filter_not_blank, with_kafka_lineage, with_raw_record
+from lakehouse import kafka
 from lakehouse.errors import ConfigurationError
 from lakehouse.pipelines import BRONZE_SCHEMA
 from lakehouse.specs import schema_fields
 
 BRONZE_FIELDS = schema_fields(BRONZE_SCHEMA)
+
+log = logging.getLogger("lakehouse.bronze")
 
 
 def read_landing_files(ctx: JobContext) -> DataFrame:
@@ -41,19 +56,52 @@ def read_landing_files(ctx: JobContext) -> DataFrame:
         .option("maxFilesPerTrigger", max_files)
         .load(landing)
     )
-    return with_raw_record(lines_df).select(
+    records_df = with_raw_record(lines_df).select(
         "raw_value",
         "raw_bytes",
         F.lit("file").alias("source"),
         F.col("_metadata.file_path").alias("source_file"),
         F.col("_metadata.file_modification_time").alias("source_file_modified_at"),
     )
+    return filter_not_blank(records_df)
+
+
+def read_kafka(ctx: JobContext) -> tuple[DataFrame, dict[str, Any]]:
+    """The pipeline's topics as a stream of records, after the pre-flight offset check."""
+    access = kafka.KafkaAccess.for_job(ctx.settings)
+    topics = kafka.subscription(ctx.pipeline, ctx.settings)
+    accept_loss = ctx.args.params.accept_data_loss
+    start = kafka.checkpoint_offsets(
+        lambda relative: storage.list_names(ctx.spark, f"{ctx.checkpoint}/{relative}"),
+        lambda relative: storage.read_text(ctx.spark, f"{ctx.checkpoint}/{relative}"),
+    )
+    report = kafka.check_offsets(access, topics, start, accept_data_loss=accept_loss)
+    log.info(
+        "kafka: %s on %s, %d partitions, %d records to read (checked in %.0f ms)",
+        topics.describe(),
+        access.describe(),
+        report.partitions,
+        report.backlog,
+        report.check_ms,
+    )
+    max_offsets = ctx.args.max_offsets_per_trigger or ctx.settings.max_offsets_per_trigger
+    kafka_df = (
+        ctx.spark.readStream.format("kafka")
+        .options(**access.spark_options(), **topics.spark_options())
+        # Only for a new checkpoint: later runs resume from it; new partitions start at 0.
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", "false" if accept_loss else "true")
+        .option("maxOffsetsPerTrigger", max_offsets)
+        .load()
+    )
+    records_df = with_kafka_lineage(with_raw_record(kafka_df, strip_line_end=False))
+    return records_df, report.details()
 
 
 def to_bronze(records_df: DataFrame) -> DataFrame:
     """Source records in the bronze shape: missing lineage columns are null."""
     ingested_at = F.current_timestamp()
-    records_df = filter_not_blank(records_df).withColumn("ingested_at", ingested_at)
+    records_df = records_df.withColumn("ingested_at", ingested_at)
     records_df = records_df.withColumn("ingest_date", F.to_date("ingested_at"))
     return records_df.select(
         *[
@@ -63,27 +111,59 @@ def to_bronze(records_df: DataFrame) -> DataFrame:
     )
 
 
-def read_source(ctx: JobContext) -> DataFrame:
+def read_source(ctx: JobContext) -> tuple[DataFrame, dict[str, Any]]:
+    """The source's records and what was learnt about it before the query (for the log)."""
     source = ctx.settings.orders_source
     if source == "file":
-        return read_landing_files(ctx)
-    raise ConfigurationError(f"source {source!r} is not supported by the bronze job yet.")
+        return read_landing_files(ctx), {}
+    if source == "kafka":
+        return read_kafka(ctx)
+    raise ConfigurationError(f"source {source!r} is not supported by the bronze job.")
 
 
 def body(ctx: JobContext) -> StreamResult:
     target = ctx.pipeline.table(ctx.stream.targets[0])
+    # The source first: a refusal of its pre-flight check leaves no trace, not even a table.
+    records_df, details = read_source(ctx)
     location = ensure_table(ctx.spark, ctx.settings, target)
-    bronze_df = to_bronze(read_source(ctx))
     writer = (
-        bronze_df.writeStream.format("delta")
+        to_bronze(records_df)
+        .writeStream.format("delta")
         .outputMode("append")
         .partitionBy(*target.partition_by)
         .option("path", location)
     )
     version_before = table_version(ctx.spark, location)
-    result = run_stream(ctx, writer)
+    try:
+        try:
+            result = run_stream(ctx, writer)
+        except Exception as exc:
+            if not _is_spark_55271(exc):
+                raise
+            log.warning(
+                "Spark's Kafka source failed after replaying the micro-batch an earlier run "
+                "left unfinished (SPARK-55271); the batch is committed, starting again"
+            )
+            result = run_stream(ctx, writer)
+            details["restarted_after"] = "SPARK-55271"
+    except Exception as exc:
+        # Spark's failOnDataLoss failure, under the name the pre-flight check uses.
+        lost = kafka.from_spark_error(str(exc))
+        if lost is None:
+            raise
+        raise lost from None
     result.rows_out = rows_written_since(ctx.spark, location, version_before, ("STREAMING UPDATE",))
+    result.details.update(details)
     return result
+
+
+def _is_spark_55271(exc: Exception) -> bool:
+    """Spark 4.1.1's Kafka source throws a NullPointerException from its progress metrics
+    when a restarted query replays a micro-batch the previous run left unfinished (after a
+    crash or a failed batch): the batch is already committed, data and checkpoint agree, and
+    a new start of the query goes on normally (SPARK-55271, fixed after 4.1.1)."""
+    text = f"{exc}\n{getattr(exc, '_stackTrace', '')}"
+    return "KafkaMicroBatchStream" in text and 'scala.Option.get()" is null' in text
 
 
 def main(argv: Sequence[str] | None = None) -> int:

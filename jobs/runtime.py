@@ -72,6 +72,11 @@ def parse_args(argv: Sequence[str], layer: str) -> JobArgs:
     parser.add_argument("--reprocess-to", help="reprocess window end (exclusive)")
     parser.add_argument("--max-files-per-trigger", type=int)
     parser.add_argument("--max-offsets-per-trigger", type=int)
+    parser.add_argument(
+        "--accept-data-loss",
+        action="store_true",
+        help="Kafka: go on past records that aged out before they were read (this run only)",
+    )
     ns = parser.parse_args(list(argv))
     return JobArgs(
         pipeline=ns.pipeline,
@@ -85,6 +90,7 @@ def parse_args(argv: Sequence[str], layer: str) -> JobArgs:
                 "reprocess_to": ns.reprocess_to,
                 "max_files_per_trigger": ns.max_files_per_trigger,
                 "max_offsets_per_trigger": ns.max_offsets_per_trigger,
+                "accept_data_loss": ns.accept_data_loss,
             }
         ),
     )
@@ -149,7 +155,11 @@ def checkpoint_query_id(spark: SparkSession, checkpoint: str) -> str:
     return str(json.loads(text.splitlines()[0])["id"])
 
 
-def _offsets_text(value: Any) -> str | None:
+def _offsets_text(source: Any, key: str) -> str | None:
+    """A source's offsets as JSON. PySpark 4's ``SourceProgress`` gives ``str()`` of the
+    parsed value (a Python repr, or ``"None"``); its ``json`` has the real thing."""
+    raw = json.loads(source.json) if hasattr(source, "json") else dict(source)
+    value = raw.get(key)
     if value is None:
         return None
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
@@ -180,8 +190,8 @@ def run_stream(ctx: JobContext, writer: DataStreamWriter) -> StreamResult:
             result.batches += 1
             result.rows_in += rows
             if result.source_start is None:
-                result.source_start = _offsets_text(sources[0].get("startOffset"))
-            result.source_end = _offsets_text(sources[0].get("endOffset"))
+                result.source_start = _offsets_text(sources[0], "startOffset")
+            result.source_end = _offsets_text(sources[0], "endOffset")
             duration_s = (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000
             log.info(
                 "batch %d: %d rows in %.1fs (%.0f rows/s)",

@@ -13,23 +13,43 @@ from lakehouse.specs import RecordSpec, UpsertSpec
 # ---------------------------------------------------------------------------------- bronze
 
 
-def with_raw_record(lines_df: DataFrame, value_col: str = "value") -> DataFrame:
+def with_raw_record(
+    lines_df: DataFrame, value_col: str = "value", *, strip_line_end: bool = True
+) -> DataFrame:
     """Turn raw lines into records: strip the ``\\r`` of ``\\r\\n``, keep invalid UTF-8 bytes.
 
     ``raw_value`` is always valid UTF-8 (invalid bytes become U+FFFD) so that every Delta
     reader can open the table; ``raw_bytes`` keeps the original bytes of such a line. The
     work happens on bytes: a string function would replace invalid bytes before we see them.
+    ``strip_line_end=False`` keeps a final ``\\r``: a Kafka message is framed by the broker,
+    so every byte of its value is data. A null value stays null in both columns.
     """
     line = F.col(value_col).cast("binary")
-    ends_with_cr = F.substring(line, -1, 1) == F.unhex(F.lit("0D"))
-    line = F.when(ends_with_cr, F.substring(line, F.lit(1), F.octet_length(line) - 1)).otherwise(
-        line
-    )
+    if strip_line_end:
+        ends_with_cr = F.substring(line, -1, 1) == F.unhex(F.lit("0D"))
+        line = F.when(
+            ends_with_cr, F.substring(line, F.lit(1), F.octet_length(line) - 1)
+        ).otherwise(line)
     valid = F.is_valid_utf8(F.col(value_col))
     return lines_df.select(
         "*",
         F.make_valid_utf8(line.cast("string")).alias("raw_value"),
         F.when(~valid, line).alias("raw_bytes"),
+    )
+
+
+def with_kafka_lineage(records_df: DataFrame) -> DataFrame:
+    """Kafka records (Spark's Kafka source columns plus ``with_raw_record``) in bronze's
+    lineage columns. The key is lineage only: kept as text, invalid UTF-8 replaced."""
+    return records_df.select(
+        "raw_value",
+        "raw_bytes",
+        F.lit("kafka").alias("source"),
+        F.col("topic").alias("kafka_topic"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.make_valid_utf8(F.col("key").cast("string")).alias("kafka_key"),
     )
 
 

@@ -103,7 +103,7 @@ def airflow_server(home: Path, logs: Path, **env_overrides: str) -> Iterator[Air
     url = f"http://127.0.0.1:{PORT}"
 
     def start(*service: str) -> None:
-        log = open(logs / f"airflow-{service[0]}.log", "w")  # noqa: SIM115
+        log = open(logs / f"airflow-{service[0]}.log", "w")
         processes.append(
             subprocess.Popen(
                 ["airflow", *service],

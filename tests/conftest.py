@@ -19,6 +19,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from jobs.session import build_spark
+from lakehouse.local import services
 from lakehouse.sample_data import write_landing_file
 from lakehouse.settings import Settings
 from tests.oracle import GOLD_COLUMNS, SILVER_COLUMNS
@@ -139,3 +140,16 @@ def lake(
     monkeypatch.setenv("LAKEHOUSE_SHUFFLE_PARTITIONS", "2")
     monkeypatch.setenv("LAKEHOUSE_ORDERS_SOURCE", "file")
     return Lake(spark, settings, monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[services.KafkaPorts]:
+    """The local Kafka broker (`make kafka-up`), started if it is not running and stopped
+    again at the end if this session started it. A broker that cannot start fails the
+    tests that need it: they never skip."""
+    settings = Settings.from_env()
+    was_up = services.is_up(settings, "kafka")
+    services.up(settings, "kafka")
+    yield services.kafka_ports(settings)
+    if not was_up:
+        services.down(settings, "kafka")

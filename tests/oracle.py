@@ -219,10 +219,16 @@ SILVER_COLUMNS = (
 GOLD_COLUMNS = ("hour_start", "region", "orders", "cancelled", "revenue", "avg_order_value")
 
 
-def expected_tables(records: list[bytes]) -> Expected:
+def expected_tables(records: list[bytes | None]) -> Expected:
+    """``records`` are raw records; ``None`` is a Kafka message without a value (a
+    tombstone): a record with no text, which is not JSON."""
     expected = Expected()
     winners: dict[str, dict[str, Any]] = {}
     for raw in records:
+        if raw is None:
+            expected.bronze[None] += 1
+            expected.quarantine[(None, "not_json")] += 1
+            continue
         text = raw.decode("utf-8", errors="replace")
         expected.bronze[text] += 1
         values, reasons = validate(raw)

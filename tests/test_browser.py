@@ -182,7 +182,9 @@ def test_reprocess_from_the_trigger_form_and_a_backfill(
     for conf in ({"mode": "replay"}, {"mode": "reprocess", "reprocess_from": "../../etc"},
                  {"max_files_per_trigger": 10**9}):  # fmt: skip
         with pytest.raises(urllib.error.HTTPError) as refused:
-            server.api("POST", "/dags/orders_pipeline/dagRuns", {"logical_date": None, "conf": conf})
+            server.api(
+                "POST", "/dags/orders_pipeline/dagRuns", {"logical_date": None, "conf": conf}
+            )
         assert refused.value.code == 400, json.dumps(conf)
     assert {t: lake.version(t) for t in versions} == versions
     assert (browser_dir / "1-trigger-form.png").stat().st_size > 10_000

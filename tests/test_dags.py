@@ -86,6 +86,8 @@ def test_orders_pipeline_shape(dagbag) -> None:  # type: ignore[no-untyped-def]
         ({"layers": []}, False),
         ({"max_files_per_trigger": 0}, False),
         ({"max_offsets_per_trigger": 10**12}, False),
+        ({"accept_data_loss": True}, True),
+        ({"accept_data_loss": "yes"}, False),
     ],
 )
 def test_params_schema_rejects_bad_values_before_a_run(dagbag, params: dict, ok: bool) -> None:  # type: ignore[no-untyped-def]

@@ -36,5 +36,7 @@ def test_pending_input_follows_the_checkpoints(lake: Lake) -> None:
     assert pending()["silver"] == (1, new_rows)
 
     report = dry_run_report(lake.settings, ORDERS, RunParams.parse({"dry_run": True}))
-    assert report[1] == "  bronze: would read 0 new landing files (0 bytes) into bronze/orders_events"
+    assert (
+        report[1] == "  bronze: would read 0 new landing files (0 bytes) into bronze/orders_events"
+    )
     assert "1 new versions of bronze/orders_events" in report[2]

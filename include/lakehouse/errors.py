@@ -75,3 +75,29 @@ class ConcurrentRun(LakehouseError):
         "Another run holds this checkpoint. Wait for it to finish; if its process is gone, the "
         "lock expires by itself after its lease."
     )
+
+
+class KafkaTopicNotFound(LakehouseError):
+    hint = (
+        "Create the topic, or fix the pipeline's topics (LAKEHOUSE_ORDERS_KAFKA_TOPICS, or the "
+        "declaration in lakehouse.pipelines); nothing was read."
+    )
+
+
+class KafkaOffsetsLost(LakehouseError):
+    """Records the checkpoint has not read yet are no longer on the brokers (data loss)."""
+
+    hint = (
+        "Nothing was written. Have the producers re-send the missing records if they can; "
+        "then, to go on without the records that are gone, trigger one run with the param "
+        "accept_data_loss=true (bronze -> spark-submit --accept-data-loss): it reads from the "
+        "earliest offsets still there and records the lost ranges in ops/run_log. Never delete "
+        "the checkpoint to get past this."
+    )
+
+
+class KafkaAuthenticationFailed(LakehouseError):
+    hint = (
+        "Fix the login, password or sasl_mechanism of the Airflow connection lakehouse_kafka "
+        "(see README, 'Kafka') and run again."
+    )

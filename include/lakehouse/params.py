@@ -96,6 +96,7 @@ class RunParams:
     layers: tuple[str, ...] = LAYERS
     max_files_per_trigger: int | None = None
     max_offsets_per_trigger: int | None = None
+    accept_data_loss: bool = False
     dry_run: bool = False
 
     @classmethod
@@ -112,6 +113,9 @@ class RunParams:
         dry_run = raw.get("dry_run", False)
         if not isinstance(dry_run, bool):
             problems.append(f"dry_run={dry_run!r} is not true or false")
+        accept_data_loss = raw.get("accept_data_loss") or False
+        if not isinstance(accept_data_loss, bool):
+            problems.append(f"accept_data_loss={accept_data_loss!r} is not true or false")
         max_files = _bounded_int(
             "max_files_per_trigger",
             raw.get("max_files_per_trigger"),
@@ -133,6 +137,7 @@ class RunParams:
             layers=layers,
             max_files_per_trigger=max_files,
             max_offsets_per_trigger=max_offsets,
+            accept_data_loss=bool(accept_data_loss),
             dry_run=bool(dry_run),
         )
 
@@ -173,6 +178,8 @@ class RunParams:
             args += ["--max-files-per-trigger", str(self.max_files_per_trigger)]
         if layer == "bronze" and self.max_offsets_per_trigger:
             args += ["--max-offsets-per-trigger", str(self.max_offsets_per_trigger)]
+        if layer == "bronze" and self.accept_data_loss:
+            args += ["--accept-data-loss"]
         return args
 
     def describe(self) -> str:
@@ -184,4 +191,5 @@ class RunParams:
             ),
             "full_refresh": "rebuild silver and gold from all of bronze",
         }[self.mode]
-        return f"{self.mode}: {what}; layers {', '.join(self.layers)}"
+        loss = "; going on past Kafka records that are gone" if self.accept_data_loss else ""
+        return f"{self.mode}: {what}; layers {', '.join(self.layers)}{loss}"

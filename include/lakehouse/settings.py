@@ -14,7 +14,11 @@ variable                           meaning (default)
                                    unset, the Airflow connection ``lakehouse_spark`` decides,
                                    and without one, local Spark
 ``LAKEHOUSE_ORDERS_SOURCE``        ``file`` (landing folder) or ``kafka`` (``file``)
-``LAKEHOUSE_KAFKA_BOOTSTRAP``      Kafka brokers (``127.0.0.1:9092``)
+``LAKEHOUSE_KAFKA_BOOTSTRAP``      Kafka brokers; unset, the host of the Airflow connection
+                                   ``lakehouse_kafka``, and without one ``127.0.0.1:9092``
+``LAKEHOUSE_ORDERS_KAFKA_TOPICS``  topics ``orders`` reads, comma-separated, instead of the
+                                   declared ``orders.events``
+``LAKEHOUSE_ORDERS_KAFKA_TOPIC_PATTERN``  or a regular expression for them (not both)
 ``LAKEHOUSE_ORDERS_SCHEDULE``      cron for ``orders_pipeline``; ``none`` for manual only
                                    (``0 */3 * * *``)
 ``LAKEHOUSE_SHUFFLE_PARTITIONS``   shuffle and Delta snapshot partitions (2 x cores, 2..200)
@@ -43,6 +47,8 @@ from lakehouse.errors import ConfigurationError
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 SourceKind = Literal["file", "kafka"]
+DEFAULT_KAFKA_BOOTSTRAP = "127.0.0.1:9092"
+_BOOTSTRAP_RE = re.compile(r"^[\w.\-]+:\d{1,5}(,[\w.\-]+:\d{1,5})*$")
 _MASTER_RE = re.compile(
     r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[\w.\-]+(:\d+)?(,[\w.\-]+(:\d+)?)*|yarn|k8s://\S+)$"
 )
@@ -72,7 +78,9 @@ class Settings:
     root: str
     spark_master: str | None = None
     orders_source: SourceKind = "file"
-    kafka_bootstrap: str = "127.0.0.1:9092"
+    kafka_bootstrap: str | None = None
+    orders_kafka_topics: tuple[str, ...] = ()
+    orders_kafka_topic_pattern: str | None = None
     orders_schedule: str | None = "0 */3 * * *"
     shuffle_partitions: int = field(default_factory=_default_partitions)
     max_files_per_trigger: int = 1000
@@ -95,6 +103,15 @@ class Settings:
             raise ConfigurationError(
                 f"LAKEHOUSE_ORDERS_SOURCE={self.orders_source!r}: use 'file' or 'kafka'."
             )
+        if self.kafka_bootstrap is not None and not _BOOTSTRAP_RE.match(self.kafka_bootstrap):
+            raise ConfigurationError(
+                f"LAKEHOUSE_KAFKA_BOOTSTRAP={self.kafka_bootstrap!r}: use host:port[,host:port...]."
+            )
+        if self.orders_kafka_topics and self.orders_kafka_topic_pattern:
+            raise ConfigurationError(
+                "Set LAKEHOUSE_ORDERS_KAFKA_TOPICS or LAKEHOUSE_ORDERS_KAFKA_TOPIC_PATTERN, "
+                "not both."
+            )
         if not re.fullmatch(r"\d+[kmgt]", self.driver_memory.lower()):
             raise ConfigurationError(
                 f"LAKEHOUSE_DRIVER_MEMORY={self.driver_memory!r}: use e.g. 2g."
@@ -116,7 +133,14 @@ class Settings:
             root=env.get("LAKEHOUSE_ROOT") or str(project_dir / "data" / "lakehouse"),
             spark_master=env.get("LAKEHOUSE_SPARK_MASTER") or None,
             orders_source=env.get("LAKEHOUSE_ORDERS_SOURCE", "file").strip().lower() or "file",  # type: ignore[arg-type]
-            kafka_bootstrap=env.get("LAKEHOUSE_KAFKA_BOOTSTRAP") or "127.0.0.1:9092",
+            kafka_bootstrap=env.get("LAKEHOUSE_KAFKA_BOOTSTRAP", "").strip() or None,
+            orders_kafka_topics=tuple(
+                topic.strip()
+                for topic in env.get("LAKEHOUSE_ORDERS_KAFKA_TOPICS", "").split(",")
+                if topic.strip()
+            ),
+            orders_kafka_topic_pattern=env.get("LAKEHOUSE_ORDERS_KAFKA_TOPIC_PATTERN", "").strip()
+            or None,
             orders_schedule=None if schedule.lower() in ("", "none", "null") else schedule,
             shuffle_partitions=_int(
                 env, "LAKEHOUSE_SHUFFLE_PARTITIONS", _default_partitions(), 1, 10_000
@@ -132,8 +156,17 @@ class Settings:
             jars_dir=Path(env.get("LAKEHOUSE_JARS_DIR") or project_dir / ".cache" / "jars"),
         )
 
+    @property
+    def kafka_brokers(self) -> str:
+        """``LAKEHOUSE_KAFKA_BOOTSTRAP`` or the local default (the Airflow operator puts the
+        ``lakehouse_kafka`` connection's host between the two)."""
+        return self.kafka_bootstrap or DEFAULT_KAFKA_BOOTSTRAP
+
     def with_root(self, root: str | Path) -> Settings:
         return replace(self, root=str(root))
+
+    def with_source(self, source: SourceKind) -> Settings:
+        return replace(self, orders_source=source)
 
     @property
     def root_is_local(self) -> bool:

@@ -16,6 +16,8 @@ from lakehouse.errors import ConfigurationError
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*/[a-z][a-z0-9_]*$")
 _IDENT_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+# Kafka's own rule for topic names.
+_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._\-]{1,249}$")
 
 # Table properties that would quietly break exactly-once. The transaction identifiers
 # that make replayed micro-batches no-ops must outlive the longest pause of any stream.
@@ -194,6 +196,52 @@ class StreamSpec:
 
 
 @dataclass(frozen=True)
+class KafkaSubscription:
+    """The Kafka topics a pipeline reads: a list of names, or a regular expression.
+
+    A pattern is matched against whole topic names (Java's ``Pattern.matches``, as Spark's
+    ``subscribePattern`` does); topics created later that match are read from their start.
+    Internal topics (``__consumer_offsets``...) never match.
+    """
+
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.topics) == bool(self.pattern):
+            raise ConfigurationError("Kafka: give a list of topics or a pattern, exactly one.")
+        bad = [t for t in self.topics if not _TOPIC_RE.match(t) or t in (".", "..")]
+        if bad:
+            raise ConfigurationError(f"Kafka: {bad} are not valid topic names.")
+        if len(set(self.topics)) != len(self.topics):
+            raise ConfigurationError(f"Kafka: topics {list(self.topics)} repeat a name.")
+        if self.pattern is not None:
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise ConfigurationError(
+                    f"Kafka: topic pattern {self.pattern!r} is not a regular expression: {exc}."
+                ) from None
+
+    def matches(self, topic: str) -> bool:
+        if topic.startswith("__"):
+            return False
+        if self.pattern is not None:
+            return re.fullmatch(self.pattern, topic) is not None
+        return topic in self.topics
+
+    def spark_options(self) -> dict[str, str]:
+        if self.pattern is not None:
+            return {"subscribePattern": self.pattern}
+        return {"subscribe": ",".join(self.topics)}
+
+    def describe(self) -> str:
+        if self.pattern is not None:
+            return f"topics matching {self.pattern!r}"
+        return f"topic{'s' if len(self.topics) > 1 else ''} {', '.join(self.topics)}"
+
+
+@dataclass(frozen=True)
 class PipelineSpec:
     """A medallion pipeline: raw source -> bronze -> silver (+ quarantine) -> gold."""
 
@@ -206,10 +254,13 @@ class PipelineSpec:
     tables: tuple[TableSpec, ...]
     streams: tuple[StreamSpec, ...]
     gold_transform: str
+    # Instead of ``kafka_topics``: every topic whose whole name matches.
+    kafka_topic_pattern: str | None = None
 
     def __post_init__(self) -> None:
         if not _IDENT_RE.match(self.name):
             raise ConfigurationError(f"pipeline name {self.name!r} is not a plain identifier.")
+        self.kafka_subscription  # noqa: B018 (validates the topics or the pattern)
         names = {t.name for t in self.tables}
         for stream in self.streams:
             missing = [t for t in (*stream.targets, stream.source_table) if t and t not in names]
@@ -221,6 +272,10 @@ class PipelineSpec:
         checkpoints = [s.checkpoint for s in self.streams]
         if len(checkpoints) != len(set(checkpoints)):
             raise ConfigurationError(f"{self.name}: two streams share a checkpoint.")
+
+    @property
+    def kafka_subscription(self) -> KafkaSubscription:
+        return KafkaSubscription(self.kafka_topics, self.kafka_topic_pattern)
 
     def table(self, name: str) -> TableSpec:
         for spec in self.tables:

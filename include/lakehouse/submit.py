@@ -20,6 +20,14 @@ from lakehouse.settings import Settings
 LOCAL_MASTER = "local[*]"
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
+# Spark hides a setting or a data source option whose key or value matches this, in logs,
+# plans, the UI and event logs. Spark's default (the first four) misses the Kafka source's
+# SASL login (its value does say "password", its key not) and TLS key and truststore options.
+REDACTION_REGEX = (
+    r"(?i)secret|password|token|access[.]?key|sasl[.]jaas|ssl[.]key|keystore|"
+    r"truststore[.]certificates"
+)
+
 
 def spark_conf(settings: Settings) -> dict[str, str]:
     """Spark and Delta settings every session of this project uses (jars excluded)."""
@@ -42,6 +50,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.databricks.delta.retentionDurationCheck.enabled": "true",
         "spark.sql.files.ignoreMissingFiles": "false",
         "spark.sql.streaming.stopTimeout": "60s",
+        "spark.redaction.regex": REDACTION_REGEX,
     }
     conf.update(settings.extra_spark_conf)
     return conf

@@ -9,6 +9,14 @@ summary the job wrote, logs it, and returns it (XCom) for the next tasks and the
 
 Where the job runs: ``LAKEHOUSE_SPARK_MASTER`` if set, else the ``lakehouse_spark``
 connection, else local Spark in the task's process.
+
+A layer that reads Kafka gets its brokers and credentials from the ``lakehouse_kafka``
+connection, resolved here at execute time: its secrets are masked in the task log and handed
+to the job in a file only this user can read, deleted when the task ends, whose path travels
+in the job's environment (never on the spark-submit command line, in a param, a rendered
+template or XCom). The operator also runs the Kafka pre-flight check before spark-submit, so
+records that aged out unread, a missing topic or a broker that does not answer fail the task
+before any JVM starts.
 """
 
 from __future__ import annotations
@@ -26,7 +34,8 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from lakehouse import errors
+from lakehouse import errors, kafka
+from lakehouse.params import RunParams
 from lakehouse.pipelines import get_pipeline
 from lakehouse.settings import Settings
 from lakehouse.submit import LOCAL_MASTER, job_submit_spec
@@ -36,6 +45,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 SPARK_CONN_ID = "lakehouse_spark"
+KAFKA_CONN_ID = "lakehouse_kafka"
 
 # Refusals that a retry cannot fix: fail the task at once instead of retrying.
 _NO_RETRY = {
@@ -47,8 +57,17 @@ _NO_RETRY = {
         errors.JavaNotFound,
         errors.LakehouseRootNotWritable,
         errors.CheckpointInconsistent,
+        errors.KafkaOffsetsLost,
+        errors.KafkaTopicNotFound,
+        errors.KafkaAuthenticationFailed,
     )
 }
+
+
+def _failure(exc: errors.LakehouseError) -> AirflowException:
+    """The task failure for a refusal: final when a retry cannot help, else retried."""
+    kind = AirflowFailException if exc.code in _NO_RETRY else AirflowException
+    return kind(f"[{exc.code}] {exc}")
 
 
 class LakehouseSparkSubmitHook(SparkSubmitHook):
@@ -98,6 +117,7 @@ class LakehouseJobOperator(SparkSubmitOperator):
         layer: str,
         job_args: Sequence[str] = (),
         conn_id: str = SPARK_CONN_ID,
+        kafka_conn_id: str = KAFKA_CONN_ID,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("name", f"lakehouse-{pipeline}-{layer}")
@@ -105,6 +125,7 @@ class LakehouseJobOperator(SparkSubmitOperator):
         self.pipeline = pipeline
         self.layer = layer
         self.job_args = list(job_args)
+        self.kafka_conn_id = kafka_conn_id
         self._settings: Settings | None = None
 
     def _get_hook(self) -> SparkSubmitHook:
@@ -145,6 +166,16 @@ class LakehouseJobOperator(SparkSubmitOperator):
         except errors.LakehouseError as exc:
             raise AirflowFailException(f"[{exc.code}] {exc}") from None
         with tempfile.TemporaryDirectory(prefix="lakehouse-") as tmp:
+            if self._reads_kafka(settings):
+                access_file = Path(tmp) / "kafka-access.json"
+                try:
+                    access = self._kafka_access(settings)
+                    access.write(access_file)
+                    self._check_kafka(settings, access, params)
+                except errors.LakehouseError as exc:
+                    raise _failure(exc) from None
+                # The path only: the job reads the settings from the file.
+                self.env_vars = {**(self.env_vars or {}), kafka.ACCESS_FILE_ENV: str(access_file)}
             summary_file = Path(tmp) / "summary.json"
             spec = job_submit_spec(
                 settings,
@@ -195,6 +226,60 @@ class LakehouseJobOperator(SparkSubmitOperator):
             summary.get("rows_per_s"),
         )
         return summary
+
+    def _reads_kafka(self, settings: Settings) -> bool:
+        stream = get_pipeline(self.pipeline).stream(self.layer)
+        return stream.source_table is None and settings.orders_source == "kafka"
+
+    def _kafka_access(self, settings: Settings) -> kafka.KafkaAccess:
+        """Brokers and credentials from the Kafka connection, its secrets masked at once."""
+        from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+        from airflow.sdk.log import mask_secret
+
+        try:
+            conn = BaseHook.get_connection(self.kafka_conn_id)
+        except AirflowNotFoundException:
+            self.log.info("no connection %s: Kafka without security", self.kafka_conn_id)
+            return kafka.KafkaAccess(bootstrap_servers=settings.kafka_brokers)
+        if conn.password:
+            mask_secret(conn.password)
+        extra = conn.extra_dejson  # masks the extras whose names say they are secret
+        access = kafka.KafkaAccess.from_connection(
+            host=conn.host,
+            port=conn.port,
+            login=conn.login,
+            password=conn.password,
+            extra=extra,
+            bootstrap_override=settings.kafka_bootstrap,
+            default_bootstrap=settings.kafka_brokers,
+        )
+        for secret in access.secrets:
+            mask_secret(secret)
+        self.log.info("Kafka: %s (connection %s)", access.describe(), self.kafka_conn_id)
+        return access
+
+    def _check_kafka(
+        self, settings: Settings, access: kafka.KafkaAccess, params: RunParams
+    ) -> None:
+        """The pre-flight offset check, before any JVM starts (local roots; the job checks
+        again in any case, with Spark's file system)."""
+        if not settings.root_is_local:
+            return
+        pipeline = get_pipeline(self.pipeline)
+        checkpoint = settings.local_path(pipeline.stream(self.layer).checkpoint)
+        report = kafka.check_offsets(
+            access,
+            kafka.subscription(pipeline, settings),
+            kafka.checkpoint_offsets(*kafka.local_checkpoint(checkpoint)),
+            accept_data_loss=params.accept_data_loss,
+        )
+        self.log.info(
+            "Kafka pre-flight: %d partitions, %d records to read, checked in %.0f ms",
+            report.partitions,
+            report.backlog,
+            report.check_ms,
+        )
 
 
 def _read_summary(path: Path) -> dict[str, Any] | None:

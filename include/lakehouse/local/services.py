@@ -5,6 +5,10 @@ distribution and from Apache Kafka's jars in the local jar cache, so development
 CI need no Docker. Each service keeps its pid, log and data under ``.services/`` (ignored by
 git); ``up`` waits until the service answers, ``down`` stops it and its children.
 
+The Kafka broker listens where ``LAKEHOUSE_KAFKA_BOOTSTRAP`` points (``127.0.0.1:9092`` by
+default), its KRaft controller on the next port and a ``SASL_PLAINTEXT`` listener (PLAIN and
+SCRAM) on the one after, for trying credentials the way a secured cluster asks for them.
+
     python -m lakehouse.local.services up spark|kafka
     python -m lakehouse.local.services down spark|kafka
     python -m lakehouse.local.services status
@@ -16,6 +20,7 @@ import argparse
 import base64
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -27,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from lakehouse.errors import ConfigurationError, LakehouseError
 from lakehouse.jars import jar_dir, jar_files
 from lakehouse.local.env import subprocess_env
 from lakehouse.preflight import java_executable
@@ -35,8 +41,8 @@ from lakehouse.settings import Settings
 SPARK_MASTER_URL = "spark://127.0.0.1:7077"
 SPARK_MASTER_UI_PORT = 8090
 SPARK_WORKER_UI_PORT = 8091
-KAFKA_BOOTSTRAP = "127.0.0.1:9092"
-KAFKA_CONTROLLER_PORT = 9093
+# The local broker's SASL user for PLAIN; its password is made at the first start.
+KAFKA_PLAIN_USER = "lakehouse"
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,10 @@ class Process:
     ready: Callable[[], bool]
     env: dict[str, str]
     timeout_s: float = 90.0
+    # Ports it listens on: taken by another process, starting it would only fail obscurely.
+    ports: tuple[int, ...] = ()
+    # One-time work before the first start (after the port check), e.g. formatting storage.
+    prepare: Callable[[], None] | None = None
 
 
 def services_dir(settings: Settings) -> Path:
@@ -82,6 +92,16 @@ def _start(settings: Settings, process: Process) -> float:
     t0 = time.monotonic()
     if _running_pid(settings, process.name) is not None and process.ready():
         return 0.0
+    taken = [port for port in process.ports if _port_open(port)]
+    if taken and _running_pid(settings, process.name) is None:
+        raise ConfigurationError(
+            f"{process.name}: port {', '.join(map(str, taken))} on 127.0.0.1 is taken by a "
+            f"process that {settings.project_dir} did not start.",
+            "Stop that process, or (for Kafka) set LAKEHOUSE_KAFKA_BOOTSTRAP to "
+            "127.0.0.1:<a free port>; the broker also takes the next two ports.",
+        )
+    if process.prepare is not None:
+        process.prepare()
     log_path = services_dir(settings) / f"{process.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log_file:
@@ -198,17 +218,78 @@ def spark_processes(settings: Settings) -> list[Process]:
 # -------------------------------------------------------------------------------- kafka
 
 
-def _kafka_properties(data_dir: Path) -> str:
+@dataclass(frozen=True)
+class KafkaPorts:
+    """Where the local broker listens: clients, its KRaft controller, SASL clients."""
+
+    broker: int
+    controller: int
+    sasl: int
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.broker}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.sasl}"
+
+
+def kafka_ports(settings: Settings) -> KafkaPorts:
+    """The local broker's ports, from ``LAKEHOUSE_KAFKA_BOOTSTRAP`` (default 9092)."""
+    brokers = settings.kafka_brokers
+    host, _, port = brokers.rpartition(":")
+    if "," in brokers or host not in ("127.0.0.1", "localhost"):
+        raise ConfigurationError(
+            f"LAKEHOUSE_KAFKA_BOOTSTRAP={brokers} is not one broker on this machine; the local "
+            "broker listens on 127.0.0.1:<port>.",
+            "Unset LAKEHOUSE_KAFKA_BOOTSTRAP (127.0.0.1:9092) or set it to 127.0.0.1:<port>.",
+        )
+    return KafkaPorts(int(port), int(port) + 1, int(port) + 2)
+
+
+def _kafka_process_name(ports: KafkaPorts) -> str:
+    return f"kafka-{ports.broker}"
+
+
+def kafka_dir(settings: Settings) -> Path:
+    return services_dir(settings) / "kafka"
+
+
+def kafka_plain_password(settings: Settings) -> str:
+    """The password of the local broker's PLAIN user, made once and kept 0600."""
+    path = kafka_dir(settings) / "plain-password"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(18))
+    return path.read_text().strip()
+
+
+def _kafka_properties(data_dir: Path, ports: KafkaPorts, plain_password: str) -> str:
+    plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
     return "\n".join(
         [
             "process.roles=broker,controller",
             "node.id=1",
-            f"controller.quorum.bootstrap.servers=127.0.0.1:{KAFKA_CONTROLLER_PORT}",
-            f"listeners=PLAINTEXT://{KAFKA_BOOTSTRAP},CONTROLLER://127.0.0.1:{KAFKA_CONTROLLER_PORT}",
-            f"advertised.listeners=PLAINTEXT://{KAFKA_BOOTSTRAP}",
+            f"controller.quorum.bootstrap.servers=127.0.0.1:{ports.controller}",
+            f"listeners=PLAINTEXT://{ports.bootstrap},CONTROLLER://127.0.0.1:{ports.controller},"
+            f"SASL_PLAINTEXT://{ports.sasl_bootstrap}",
+            f"advertised.listeners=PLAINTEXT://{ports.bootstrap},"
+            f"SASL_PLAINTEXT://{ports.sasl_bootstrap}",
             "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map="
+            "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
             "inter.broker.listener.name=PLAINTEXT",
+            # Clients of the SASL listener prove who they are; SCRAM users are added at run
+            # time through the admin API (the tests do), the PLAIN user is fixed here.
+            "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            f"listener.name.sasl_plaintext.plain.sasl.jaas.config={plain} required "
+            f'user_{KAFKA_PLAIN_USER}="{plain_password}";',
+            f"listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config={scram} required;",
+            f"listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config={scram} required;",
             f"log.dirs={data_dir}",
             "num.partitions=1",
             "offsets.topic.replication.factor=1",
@@ -226,13 +307,14 @@ def _kafka_properties(data_dir: Path) -> str:
     )
 
 
-def _kafka_ready() -> bool:
-    if not _port_open(9092):
+def _kafka_ready(bootstrap: str) -> bool:
+    host, _, port = bootstrap.rpartition(":")
+    if not _port_open(int(port), host):
         return False
     try:
         from confluent_kafka.admin import AdminClient
 
-        metadata = AdminClient({"bootstrap.servers": KAFKA_BOOTSTRAP}).list_topics(timeout=2)
+        metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=2)
         return bool(metadata.brokers)
     except Exception:
         return False
@@ -241,14 +323,23 @@ def _kafka_ready() -> bool:
 def kafka_processes(settings: Settings) -> list[Process]:
     java = java_executable()
     jar_files(settings, "kafka")  # a named error if setup has not resolved them
-    base = services_dir(settings) / "kafka"
+    ports = kafka_ports(settings)
+    # One folder per port: a KRaft log remembers its controller's address.
+    base = kafka_dir(settings) / str(ports.broker)
     data_dir = base / "data"
     config = base / "server.properties"
     base.mkdir(parents=True, exist_ok=True)
-    config.write_text(_kafka_properties(data_dir))
+    # The file holds the PLAIN user's password: readable by this user only.
+    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(_kafka_properties(data_dir, ports, kafka_plain_password(settings)))
+    os.chmod(config, 0o600)
     classpath = f"{jar_dir(settings, 'kafka')}/*"
     jvm = [java, "-Xmx768m", "-Xms256m", "-cp", classpath]
-    if not (data_dir / "meta.properties").exists():
+
+    def format_storage() -> None:
+        if (data_dir / "meta.properties").exists():
+            return
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         subprocess.run(
             [
@@ -264,8 +355,19 @@ def kafka_processes(settings: Settings) -> list[Process]:
             check=True,
             capture_output=True,
         )
+
     env = subprocess_env(settings)
-    return [Process("kafka", [*jvm, "kafka.Kafka", str(config)], _kafka_ready, env, 120.0)]
+    return [
+        Process(
+            _kafka_process_name(ports),
+            [*jvm, "kafka.Kafka", str(config)],
+            lambda: _kafka_ready(ports.bootstrap),
+            env,
+            120.0,
+            ports=(ports.broker, ports.controller, ports.sasl),
+            prepare=format_storage,
+        )
+    ]
 
 
 # ------------------------------------------------------------------------------ commands
@@ -282,7 +384,10 @@ def up(settings: Settings, service: str) -> float:
 
 
 def down(settings: Settings, service: str) -> None:
-    names = {"spark": ["spark-worker", "spark-master"], "kafka": ["kafka"]}[service]
+    if service == "kafka":
+        names = [_kafka_process_name(kafka_ports(settings))]
+    else:
+        names = ["spark-worker", "spark-master"]
     for name in names:
         _stop(settings, name)
 
@@ -290,7 +395,10 @@ def down(settings: Settings, service: str) -> None:
 def is_up(settings: Settings, service: str) -> bool:
     if service == "spark":
         return _running_pid(settings, "spark-master") is not None and _spark_workers_alive() > 0
-    return _running_pid(settings, "kafka") is not None and _kafka_ready()
+    ports = kafka_ports(settings)
+    return _running_pid(settings, _kafka_process_name(ports)) is not None and _kafka_ready(
+        ports.bootstrap
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -302,8 +410,15 @@ def main(argv: list[str] | None = None) -> int:
     services = [args.service] if args.service else sorted(SERVICES)
     for service in services:
         if args.command == "up":
-            seconds = up(settings, service)
-            where = SPARK_MASTER_URL if service == "spark" else KAFKA_BOOTSTRAP
+            try:
+                seconds = up(settings, service)
+            except LakehouseError as exc:
+                print(f"ERROR [{exc.code}] {exc}", file=sys.stderr)
+                return 2
+            where = SPARK_MASTER_URL
+            if service == "kafka":
+                ports = kafka_ports(settings)
+                where = f"{ports.bootstrap} (SASL_PLAINTEXT on {ports.sasl_bootstrap})"
             print(f"{service} is up at {where} (ready after {seconds:.1f}s)")
         elif args.command == "down":
             down(settings, service)

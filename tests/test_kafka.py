@@ -1,0 +1,633 @@
+"""Kafka as the source, against the real local broker (started by the ``kafka_broker``
+fixture): the contract over runs and a killed run, offsets that aged out, partitions and
+topics that appear, two topics, a missing topic, a dead broker, SASL credentials.
+
+Every test uses topics of its own, named with a random suffix, so tests never see each
+other's records and can run against a broker that has been up for a long time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import signal
+import sqlite3
+import subprocess
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from lakehouse import kafka
+from lakehouse.errors import (
+    CheckpointInconsistent,
+    ConfigurationError,
+)
+from lakehouse.kafka import KafkaAccess, Watermarks
+from lakehouse.local import kafka_dev
+from lakehouse.local.env import subprocess_env
+from lakehouse.local.services import KafkaPorts
+from lakehouse.pipelines import ORDERS
+from lakehouse.sample_data import OrderEventGenerator
+from lakehouse.settings import Settings
+from lakehouse.specs import KafkaSubscription
+from lakehouse.submit import job_submit_spec
+from tests.conftest import Lake
+from tests.oracle import comparable, expected_tables
+
+pytestmark = pytest.mark.kafka
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@dataclass
+class KafkaLake:
+    """A lake whose bronze reads its own topic(s) on the local broker."""
+
+    lake: Lake
+    ports: KafkaPorts
+    topic: str
+
+    @property
+    def bootstrap(self) -> str:
+        return self.ports.bootstrap
+
+    def create(self, topic: str | None = None, partitions: int = 1, **config: str) -> str:
+        topic = topic or self.topic
+        kafka_dev.create_topic(self.bootstrap, topic, partitions, config)
+        return topic
+
+    def produce(self, records: list, topic: str | None = None) -> int:
+        return kafka_dev.produce(self.bootstrap, topic or self.topic, records)
+
+    def lineage(self) -> Counter:
+        """(topic, partition, offset) of every bronze row: each must appear once."""
+        columns = ["kafka_topic", "kafka_partition", "kafka_offset"]
+        return Counter(self.lake.rows("bronze/orders_events", columns))
+
+    def run_log(self, *columns: str) -> list[tuple]:
+        """Columns of the run log, oldest run first."""
+        rows = self.lake.table("ops/run_log").orderBy("started_at").select(*columns).collect()
+        return [tuple(row) for row in rows]
+
+
+def keyed(lines: list[bytes]) -> list[tuple[bytes | None, bytes]]:
+    """Events keyed by order id, as a producer keeps an order's events in one partition."""
+    records = []
+    for line in lines:
+        try:
+            key = str(json.loads(line)["order_id"]).encode()
+        except (ValueError, KeyError, TypeError):
+            key = None
+        records.append((key, line))
+    return records
+
+
+def offsets(partitions: dict[int, int], topic: str) -> Counter:
+    return Counter((topic, p, o) for p, n in partitions.items() for o in range(n))
+
+
+@pytest.fixture
+def kafka_lake(lake: Lake, kafka_broker: KafkaPorts) -> KafkaLake:
+    topic = f"orders.events.{uuid.uuid4().hex[:10]}"
+    mp = lake.monkeypatch
+    mp.setenv("LAKEHOUSE_ORDERS_SOURCE", "kafka")
+    mp.setenv("LAKEHOUSE_KAFKA_BOOTSTRAP", kafka_broker.bootstrap)
+    mp.setenv("LAKEHOUSE_ORDERS_KAFKA_TOPICS", topic)
+    mp.delenv("LAKEHOUSE_ORDERS_KAFKA_TOPIC_PATTERN", raising=False)
+    mp.delenv(kafka.ACCESS_FILE_ENV, raising=False)
+    return KafkaLake(lake, kafka_broker, topic)
+
+
+def submit_bronze(lake: Lake, *args: str) -> subprocess.Popen[str]:
+    """Bronze as Airflow runs it: spark-submit in its own process group."""
+    settings = Settings.from_env().with_root(lake.root)
+    spec = job_submit_spec(settings, "orders", "bronze", run_id="kafka-kill", extra_args=args)
+    return subprocess.Popen(
+        spec.argv("local[2]"),
+        env=subprocess_env(settings, LAKEHOUSE_ROOT=str(lake.root)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+# ----------------------------------------------------------------- against the broker
+
+
+def test_contract_holds_over_runs_and_a_killed_run(kafka_lake: KafkaLake) -> None:
+    lake = kafka_lake.lake
+    kafka_lake.create(partitions=3)
+    generator = OrderEventGenerator(seed=41)
+    delivered: list[bytes | None] = []
+
+    # Run 1: a first delivery, every layer.
+    first = generator.batch(60)
+    kafka_lake.produce(keyed(first))
+    delivered += first
+    lake.run_all()
+    assert lake.contract_view() == comparable(expected_tables(delivered))
+
+    # Run 2: a backlog in small micro-batches; the driver is killed after its second batch.
+    # Message values are records whatever they hold: empty, blank, a lone \r, no value.
+    second = generator.batch(150) + generator.flush_late() + [b"", b"  ", b"\r", None]
+    kafka_lake.produce([*keyed([v for v in second if v is not None]), (b"tombstone", None)])
+    delivered += second
+    process = submit_bronze(lake, "--max-offsets-per-trigger", "40")
+    assert process.stdout is not None
+    seen = []
+    for line in process.stdout:
+        seen.append(line)
+        if "batch 1:" in line:
+            break
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
+    killed_at = sum(kafka_lake.lineage().values())
+    assert len(first) < killed_at < len(delivered), "".join(seen[-20:])
+
+    # Run again: the rest arrives, nothing twice.
+    lake.run_all()
+    assert lake.contract_view() == comparable(expected_tables(delivered))
+    lineage = kafka_lake.lineage()
+    assert set(lineage.values()) == {1}, "an offset landed twice"
+    assert sum(lineage.values()) == len(delivered)
+    assert {p for _, p, _ in lineage} == {0, 1, 2}
+    tombstones = lake.rows("bronze/orders_events", ["raw_value", "raw_bytes", "kafka_key"])
+    assert [r for r in tombstones if r[0] is None] == [(None, None, "tombstone")]
+
+
+def test_offsets_that_aged_out_stop_bronze_with_a_named_error(kafka_lake: KafkaLake) -> None:
+    lake = kafka_lake.lake
+    kafka_lake.create(partitions=1)
+    kafka_lake.produce([b'{"n": %d}' % i for i in range(10)])
+    assert lake.run("bronze") == 0
+    version = lake.version("bronze/orders_events")
+
+    # 10..19 arrive and age out unread: retention drops to 100 ms (the broker checks every
+    # 500 ms) until the partition is empty, then goes back to a week; 20 arrives after.
+    kafka_lake.produce([b'{"n": %d}' % i for i in range(10, 20)])
+    kafka_dev.alter_topic_config(kafka_lake.bootstrap, kafka_lake.topic, {"retention.ms": "100"})
+    deadline = time.monotonic() + 60
+    while kafka_dev.earliest_offsets(kafka_lake.bootstrap, kafka_lake.topic) != {0: 20}:
+        assert time.monotonic() < deadline, "the broker did not delete the old records"
+        time.sleep(0.25)
+    week_ms = str(7 * 24 * 3600 * 1000)
+    kafka_dev.alter_topic_config(kafka_lake.bootstrap, kafka_lake.topic, {"retention.ms": week_ms})
+    kafka_lake.produce([b'{"n": 20}'])
+
+    # The pre-flight check names the lost range before the query starts.
+    assert lake.run("bronze") == 2
+    errors = [e for (e,) in kafka_lake.run_log("error") if e]
+    assert errors[-1].startswith(
+        f"KafkaOffsetsLost: Records of topic {kafka_lake.topic} aged out of Kafka before "
+        f"bronze read them: {kafka_lake.topic}[0] offsets 10..19 (10 records;"
+    ), errors[-1]
+    assert "accept_data_loss=true" in errors[-1]
+    assert lake.version("bronze/orders_events") == version
+
+    # Without the pre-flight check, Spark's own failOnDataLoss stops it: the same error.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kafka, "check_offsets", lambda *a, **k: kafka.PreflightReport(1, 11, [], 0))
+        assert lake.run("bronze") == 2
+    errors = [e for (e,) in kafka_lake.run_log("error") if e]
+    assert errors[-1].startswith("KafkaOffsetsLost: Spark stopped reading Kafka"), errors[-1]
+    assert f"{kafka_lake.topic}-0" in errors[-1]
+    assert lake.version("bronze/orders_events") == version
+
+    # A run told to accept the loss reads what is left and records what it skipped.
+    assert lake.run("bronze", "--accept-data-loss") == 0
+    values = sorted(r[0] for r in lake.rows("bronze/orders_events", ["raw_value"]))
+    assert values == sorted([f'{{"n": {i}}}' for i in range(10)] + ['{"n": 20}'])
+    status, details_json = kafka_lake.run_log("status", "details")[-1]
+    assert status == "succeeded"
+    details = json.loads(details_json)
+    assert details["kafka_lost_offsets_accepted"] == [
+        f"{kafka_lake.topic}[0] offsets 10..19 (10 records; the earliest left is 20)"
+    ]
+
+
+def test_two_topics_a_pattern_and_what_appears_later(kafka_lake: KafkaLake) -> None:
+    lake, mp = kafka_lake.lake, kafka_lake.lake.monkeypatch
+    prefix = kafka_lake.topic
+    a, b, c, other = (f"{prefix}.{s}" for s in ("a", "b", "c", "other"))
+    # A second lake reads the topics by pattern, and starts before any of them exists:
+    # nothing to read is not an error.
+    by_pattern = Lake(lake.spark, lake.settings.with_root(lake.root.parent / "lake2"), mp)
+    mp.delenv("LAKEHOUSE_ORDERS_KAFKA_TOPICS")
+    mp.setenv("LAKEHOUSE_ORDERS_KAFKA_TOPIC_PATTERN", rf"{prefix.replace('.', '[.]')}[.](a|b|c)")
+    assert by_pattern.run("bronze") == 0
+    assert by_pattern.table("bronze/orders_events").count() == 0
+
+    kafka_lake.create(a, partitions=1)
+    kafka_lake.create(b)
+    kafka_lake.create(other)
+    kafka_lake.produce([b'{"t": "a%d"}' % i for i in range(6)], a)
+    kafka_lake.produce([b'{"t": "b%d"}' % i for i in range(3)], b)
+    kafka_lake.produce([b'{"t": "x"}'], other)
+
+    # Two topics by name into one bronze table.
+    mp.delenv("LAKEHOUSE_ORDERS_KAFKA_TOPIC_PATTERN")
+    mp.setenv("LAKEHOUSE_ORDERS_KAFKA_TOPICS", f"{a},{b}")
+    assert lake.run("bronze") == 0
+    by_topic = Counter(t for (t,) in lake.rows("bronze/orders_events", ["kafka_topic"]))
+    assert by_topic == {a: 6, b: 3}
+
+    # By pattern: the topics that appeared since the first run are read from their start.
+    mp.delenv("LAKEHOUSE_ORDERS_KAFKA_TOPICS")
+    mp.setenv("LAKEHOUSE_ORDERS_KAFKA_TOPIC_PATTERN", rf"{prefix.replace('.', '[.]')}[.](a|b|c)")
+    assert by_pattern.run("bronze") == 0
+    # Then partitions are added to a, and a new topic c matches: all read from their start.
+    kafka_dev.add_partitions(kafka_lake.bootstrap, a, 3)
+    kafka_lake.create(c)
+    kafka_lake.produce(
+        [(None, b'{"t": "a-p%d-%d"}' % (p, i), p) for p in (0, 1, 2) for i in range(2)], a
+    )
+    kafka_lake.produce([b'{"t": "c%d"}' % i for i in range(2)], c)
+    assert by_pattern.run("bronze") == 0
+    lineage = Counter(
+        by_pattern.rows("bronze/orders_events", ["kafka_topic", "kafka_partition", "kafka_offset"])
+    )
+    assert lineage == offsets({0: 8, 1: 2, 2: 2}, a) + offsets({0: 3}, b) + offsets({0: 2}, c)
+
+
+def test_a_missing_topic_a_dead_broker_or_a_bad_login_stops_bronze_with_a_named_error(
+    kafka_lake: KafkaLake, tmp_path: Path
+) -> None:
+    lake, mp = kafka_lake.lake, kafka_lake.lake.monkeypatch
+    assert lake.run("bronze") == 2  # the topic was never created
+    kafka_lake.create()
+    user, password = f"user-{uuid.uuid4().hex[:6]}", f"canary-{secrets.token_hex(12)}"
+    kafka_dev.upsert_scram_user(kafka_lake.bootstrap, user, password, "SCRAM-SHA-512")
+    wrong = KafkaAccess(
+        bootstrap_servers=kafka_lake.ports.sasl_bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-512",
+        username=user,
+        password="not-" + password,
+    )
+    mp.setenv(kafka.ACCESS_FILE_ENV, str(wrong.write(tmp_path / "wrong.json")))
+    assert lake.run("bronze") == 2
+    mp.delenv(kafka.ACCESS_FILE_ENV)
+    mp.setenv("LAKEHOUSE_KAFKA_BOOTSTRAP", "127.0.0.1:1")
+    t0 = time.monotonic()
+    assert lake.run("bronze") == 2
+    assert time.monotonic() - t0 < 60
+
+    errors = [e for (e,) in kafka_lake.run_log("error")]
+    assert [e.split(":", 1)[0] for e in errors] == [
+        "KafkaTopicNotFound",
+        "KafkaAuthenticationFailed",
+        "SourceUnavailable",
+    ], errors
+    assert f"{kafka_lake.topic} does not exist on {kafka_lake.bootstrap}." in errors[0]
+    assert f"as {user} (SCRAM-SHA-512) refused the login" in errors[1]
+    assert "Authentication failed" in errors[1]
+    assert "No Kafka broker answers at 127.0.0.1:1 over PLAINTEXT (waited 10s)" in errors[2]
+    assert all("What to do:" in e for e in errors)
+    assert not (lake.root / "bronze" / "orders_events").exists(), "a refused run wrote nothing"
+
+
+def test_sasl_credentials_from_the_access_file_work_and_stay_hidden(
+    kafka_lake: KafkaLake, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    lake = kafka_lake.lake
+    kafka_lake.create()
+    kafka_lake.produce([b'{"sasl": %d}' % i for i in range(3)])
+    user, password = f"user-{uuid.uuid4().hex[:6]}", f"canary-{secrets.token_hex(12)}"
+    kafka_dev.upsert_scram_user(kafka_lake.bootstrap, user, password, "SCRAM-SHA-256")
+    path = KafkaAccess(
+        bootstrap_servers=kafka_lake.ports.sasl_bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256",
+        username=user,
+        password=password,
+    ).write(tmp_path / "access.json")
+    assert path.stat().st_mode & 0o777 == 0o600
+    lake.monkeypatch.setenv(kafka.ACCESS_FILE_ENV, str(path))
+    assert lake.run("bronze") == 0
+    assert lake.table("bronze/orders_events").count() == 3  # the credential works
+
+    shown = capfd.readouterr()
+    assert f"as {user} (SCRAM-SHA-256)" in shown.out
+    leaks = {
+        "output": password in shown.out + shown.err,
+        "run log": password in repr(lake.rows("ops/run_log")),
+        "lake files": any(
+            password.encode() in p.read_bytes() for p in lake.root.rglob("*") if p.is_file()
+        ),
+    }
+    assert leaks == dict.fromkeys(leaks, False)
+
+
+def _processes() -> dict[int, tuple[str, bytes]]:
+    """Every process's command line (as ``ps`` shows it) and, when readable, environment."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone meanwhile
+        found[int(entry.name)] = (cmdline, environ)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.airflow
+def test_airflow_reads_kafka_over_sasl_and_the_password_shows_nowhere(
+    kafka_lake: KafkaLake, tmp_path: Path
+) -> None:
+    """The whole DAG through Airflow and spark-submit, with the lakehouse_kafka connection
+    (from a secrets backend) logging in to the broker's SASL listener. The password is a
+    canary: it must not appear in the task logs, the rendered fields or XCom (Airflow's
+    database), the command line or environment of any process during the run, the run log
+    or any file of the lake, and the access file must be gone afterwards."""
+    from lakehouse.local import services
+    from lakehouse.local.env import airflow_home
+
+    lake = kafka_lake.lake
+    settings = Settings.from_env()
+    canary = services.kafka_plain_password(settings)
+    kafka_lake.create(partitions=2)
+    records = OrderEventGenerator(seed=43).batch(60)
+    kafka_lake.produce(keyed(records))
+
+    connections = tmp_path / "connections.json"
+    connections.write_text(
+        json.dumps(
+            {
+                "lakehouse_kafka": {
+                    "conn_type": "generic",
+                    "host": kafka_lake.ports.sasl_bootstrap,
+                    "login": services.KAFKA_PLAIN_USER,
+                    "password": canary,
+                    "extra": {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN"},
+                }
+            }
+        )
+    )
+    connections.chmod(0o600)
+    task_tmp = tmp_path / "task-tmp"
+    task_tmp.mkdir()
+    env = subprocess_env(
+        settings,
+        LAKEHOUSE_ROOT=str(lake.root),
+        AIRFLOW__SECRETS__BACKEND="airflow.secrets.local_filesystem.LocalFilesystemBackend",
+        AIRFLOW__SECRETS__BACKEND_KWARGS=json.dumps({"connections_file_path": str(connections)}),
+        AIRFLOW__LOGGING__BASE_LOG_FOLDER=str(tmp_path / "logs"),
+        TMPDIR=str(task_tmp),
+    )
+    env.pop("LAKEHOUSE_KAFKA_BOOTSTRAP")  # the connection names the brokers
+    env.pop("LAKEHOUSE_FAULT", None)
+
+    process = subprocess.Popen(
+        ["airflow", "dags", "test", "orders_pipeline"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    exposed: list[str] = []
+    bronze_submits: set[int] = set()
+
+    def watch() -> None:
+        while process.poll() is None:
+            for pid, (cmdline, environ) in _processes().items():
+                if canary in cmdline or canary.encode() in environ:
+                    exposed.append(cmdline[:300])
+                if "jobs/bronze.py" in cmdline and "SparkSubmit" in cmdline:
+                    bronze_submits.add(pid)
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    output, _ = process.communicate(timeout=1500)
+    watcher.join(timeout=10)
+    assert process.returncode == 0 and "state=success" in output, output[-6000:]
+    assert lake.contract_view() == comparable(expected_tables(records))
+
+    # The run went through the SASL listener with the connection's login...
+    assert f"Kafka: {kafka_lake.ports.sasl_bootstrap} over SASL_PLAINTEXT as lakehouse (PLAIN)" in (
+        output
+    )
+    assert bronze_submits, "the process watcher never saw the bronze spark-submit"
+    # ...and its password is nowhere to be seen.
+    database = b"".join(
+        p.read_bytes() for p in airflow_home(settings).glob("airflow.db*") if p.is_file()
+    )
+    leaks = {
+        "task output": canary in output,
+        "task log files": any(
+            canary.encode() in p.read_bytes() for p in (tmp_path / "logs").rglob("*") if p.is_file()
+        ),
+        "Airflow database (XCom, rendered fields)": canary.encode() in database,
+        "process command lines or environments": bool(exposed),
+        "run log": canary in repr(lake.rows("ops/run_log")),
+        "lake files": any(
+            canary.encode() in p.read_bytes() for p in lake.root.rglob("*") if p.is_file()
+        ),
+        "the access file, left behind": any(task_tmp.rglob("kafka-access.json")),
+        "temporary files": any(
+            canary.encode() in p.read_bytes() for p in task_tmp.rglob("*") if p.is_file()
+        ),
+    }
+    assert leaks == dict.fromkeys(leaks, False)
+    # The places searched are the right ones: they hold this run's summary and fields.
+    run_id = re.search(r"run_id=(manual__[^,\s]+)", output)
+    assert run_id is not None
+    with sqlite3.connect(airflow_home(settings) / "airflow.db") as db:
+        summary = db.execute(
+            "SELECT value FROM xcom WHERE dag_id = 'orders_pipeline' AND task_id = 'bronze' "
+            "AND run_id = ?",
+            (run_id.group(1),),
+        ).fetchone()
+        fields = db.execute(
+            "SELECT rendered_fields FROM rendered_task_instance_fields WHERE task_id = 'bronze' "
+            "AND run_id = ?",
+            (run_id.group(1),),
+        ).fetchone()
+    assert json.loads(summary[0])["rows_out"] == len(records)
+    assert fields is not None
+
+
+@pytest.mark.airflow
+def test_the_operator_refuses_before_any_jvm_starts(kafka_lake: KafkaLake) -> None:
+    """The operator's pre-flight check fails the task at once (no retry) and spark-submit
+    never runs: here, for a topic that was never created."""
+    lake = kafka_lake.lake
+    result = subprocess.run(
+        ["airflow", "tasks", "test", "orders_pipeline", "bronze"],
+        env=subprocess_env(Settings.from_env(), LAKEHOUSE_ROOT=str(lake.root)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    output = result.stdout + result.stderr
+    assert "new_state=failed" in output, output[-3000:]
+    assert (
+        f"[KafkaTopicNotFound] Kafka topic {kafka_lake.topic} does not exist on "
+        f"{kafka_lake.bootstrap}. What to do: Create the topic"
+    ) in output
+    assert "Spark-Submit cmd" not in output
+    assert not lake.root.joinpath("ops").exists(), "no job ran, so no run was logged"
+
+
+# --------------------------------------------------------------- without a broker
+
+
+def test_lost_offsets_name_every_partition_and_range() -> None:
+    brokers = {
+        ("t", 0): Watermarks(120, 300),  # aged out: 100..119
+        ("t", 1): Watermarks(0, 50),  # fine
+        ("t", 2): Watermarks(0, 40),  # recreated: the checkpoint read up to 90
+        ("t", 3): Watermarks(7, 9),  # added later, its first 7 records already gone
+        ("t", 4): Watermarks(0, 5),  # added later, complete
+    }
+    start = {("t", 0): 100, ("t", 1): 50, ("t", 2): 90, ("u", 0): 12}
+    assert kafka.lost_offsets(start, brokers) == [
+        "t[0] offsets 100..119 (20 records; the earliest left is 120)",
+        "t[2] ends at offset 40 but was already read up to 90: the topic was deleted and "
+        "created again, or truncated",
+        "t[3] offsets 0..6 (7 records; the earliest left is 7)",
+        "u[0] is gone (read up to offset 12; whatever came after it is lost)",
+    ]
+    assert kafka.lost_offsets(None, brokers) == [], "a new stream starts at the earliest"
+
+
+def test_checkpoint_offsets_resume_after_the_last_committed_batch() -> None:
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}'
+    files = {
+        "sources/0/0": '\x00v1\n{"t":{"0":0}}',
+        "offsets/0": f'v1\n{meta}\n{{"t":{{"0":10}}}}',
+        "offsets/1": f'v1\n{meta}\n{{"t":{{"0":25,"1":3}}}}',  # planned, never committed
+        "commits/0": 'v1\n{"nextBatchWatermarkMs":0}',
+    }
+
+    def reader(names: dict[str, str]) -> tuple:
+        def list_names(folder: str) -> list[str]:
+            return [k.split("/")[-1] for k in names if k.rsplit("/", 1)[0] == folder]
+
+        return list_names, names.get
+
+    assert kafka.checkpoint_offsets(*reader(files)) == {("t", 0): 10}
+    no_commit = {k: v for k, v in files.items() if not k.startswith("commits")}
+    assert kafka.checkpoint_offsets(*reader(no_commit)) == {("t", 0): 0}
+    assert kafka.checkpoint_offsets(*reader({})) is None
+    from_files = {**files, "offsets/0": f'v1\n{meta}\n{{"logOffset":3}}'}
+    with pytest.raises(CheckpointInconsistent, match="written by another source"):
+        kafka.checkpoint_offsets(*reader(from_files))
+
+
+def test_connection_fields_become_client_settings_without_showing_secrets() -> None:
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"
+    access = KafkaAccess.from_connection(
+        host="b1.example:9093,b2.example:9093",
+        port=None,
+        login="svc",
+        password='p"a\\ss',
+        extra={"sasl_mechanism": "SCRAM-SHA-256", "ssl_ca_pem": pem},
+        bootstrap_override=None,
+        default_bootstrap="127.0.0.1:9092",
+    )
+    assert access.security_protocol == "SASL_SSL"  # a login never travels in plain text
+    assert access.spark_options() == {
+        "kafka.bootstrap.servers": "b1.example:9093,b2.example:9093",
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-256",
+        "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+        'required username="svc" password="p\\"a\\\\ss";',
+        "kafka.ssl.truststore.type": "PEM",
+        "kafka.ssl.truststore.certificates": pem,
+        "kafka.ssl.endpoint.identification.algorithm": "https",
+    }
+    assert access.client_config()["sasl.password"] == 'p"a\\ss'
+    assert access.client_config()["ssl.ca.pem"] == pem
+    assert access.secrets == ('p"a\\ss',)
+    assert "a\\ss" not in repr(access) and "a\\ss" not in access.describe()
+
+    override = KafkaAccess.from_connection(
+        host="b1.example",
+        port=9093,
+        login=None,
+        password=None,
+        extra={},
+        bootstrap_override="127.0.0.1:19092",
+        default_bootstrap="x:1",
+    )
+    assert override.bootstrap_servers == "127.0.0.1:19092"
+    for login, extra, problem in [
+        (None, {"security_protocol": "SASL_PLAINTEXT"}, "needs a login and a password"),
+        ("u", {"sasl_mechanism": "GSSAPI"}, "sasl_mechanism 'GSSAPI' is not one of"),
+        ("u", {"sasl_password": "x"}, "unknown extra fields ['sasl_password']"),
+        (None, {"ssl_ca_pem": pem}, "['ssl_ca_pem'] need the SSL or SASL_SSL protocol"),
+    ]:
+        with pytest.raises(ConfigurationError, match=re.escape(problem)):
+            KafkaAccess.from_connection(
+                host="h:1",
+                port=None,
+                login=login,
+                password=login and "secret-pw",
+                extra=extra,
+                bootstrap_override=None,
+                default_bootstrap="x:1",
+            )
+
+
+def test_spark_data_loss_errors_get_the_named_error() -> None:
+    message = (  # as Spark 4.1 words it
+        "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: Some data may "
+        "have been lost because they are not available in Kafka any more;\neither the data "
+        "was aged out by Kafka or the topic may have been deleted before all the data in the"
+        "\ntopic was processed.\nIf you don't want your streaming query to fail on such "
+        "cases, set the source option failOnDataLoss to false.\nReason: Could not read "
+        "records in offset [10, 21) for topic partition t-0\nwith consumer group g-executor. "
+        "SQLSTATE: XXKST\n=== Streaming Query ===\nIdentifier: orders_bronze"
+    )
+    lost = kafka.from_spark_error(message)
+    assert lost is not None and lost.code == "KafkaOffsetsLost"
+    assert str(lost).startswith(
+        "Spark stopped reading Kafka: Could not read records in offset [10, 21) for topic "
+        "partition t-0 with consumer group g-executor. What to do: Nothing was written."
+    )
+    assert kafka.from_spark_error("[DELTA_CONCURRENT_APPEND] ...") is None
+
+
+def test_topic_subscriptions_are_checked() -> None:
+    assert KafkaSubscription(("a.b", "c")).spark_options() == {"subscribe": "a.b,c"}
+    assert KafkaSubscription(pattern=r"orders\..*").matches("orders.eu")
+    assert not KafkaSubscription(pattern=r"orders\..*").matches("xorders.eu")
+    assert not KafkaSubscription(pattern=r".*").matches("__consumer_offsets")
+    for topics, pattern, problem in [
+        ((), None, "exactly one"),
+        (("a",), "a", "exactly one"),
+        (("bad topic",), None, "not valid topic names"),
+        ((), "(", "not a regular expression"),
+    ]:
+        with pytest.raises(ConfigurationError, match=problem):
+            KafkaSubscription(topics, pattern)
+    for env, problem in [
+        (
+            {"LAKEHOUSE_ORDERS_KAFKA_TOPICS": "a", "LAKEHOUSE_ORDERS_KAFKA_TOPIC_PATTERN": "a.*"},
+            "not both",
+        ),
+        ({"LAKEHOUSE_KAFKA_BOOTSTRAP": "kafka://b1:9092"}, "use host:port"),
+    ]:
+        with pytest.raises(ConfigurationError, match=problem):
+            Settings.from_env({"LAKEHOUSE_ROOT": "/tmp/lake", **env})
+    settings = Settings.from_env(
+        {"LAKEHOUSE_ROOT": "/tmp/lake", "LAKEHOUSE_ORDERS_KAFKA_TOPICS": "a, b"}
+    )
+    assert kafka.subscription(ORDERS, settings) == KafkaSubscription(("a", "b"))
+    assert kafka.subscription(ORDERS, Settings.from_env({"LAKEHOUSE_ROOT": "/tmp/lake"})) == (
+        KafkaSubscription(("orders.events",))
+    )
