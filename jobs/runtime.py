@@ -4,10 +4,14 @@ A job module supplies one function ``body(ctx) -> StreamResult`` that builds its
 hands it to ``run_stream``; ``run_job`` does the rest:
 
 * parses the common arguments and checks them before Spark starts;
+* refuses to start while a checkpoint restore of the pipeline is unfinished;
 * logs one progress line per micro-batch while the query runs (rows, rows/s, duration);
 * appends one row per run to the ``ops/run_log`` Delta table (status, rows, offsets);
 * writes the summary as JSON (``--summary-file``) for the Airflow task to return;
 * turns a ``LakehouseError`` into exit code 2 and one ``ERROR [Name] ...`` line.
+
+The pieces that are not about streams (``job_settings``, ``start_spark``, ``RunRecord``,
+``append_run_log``, ``write_summary``, ``refusal``) serve the maintenance job too.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from pyspark.sql.streaming import DataStreamWriter
 from jobs import storage
 from jobs.session import build_spark
 from jobs.tables import ensure_table
-from lakehouse.errors import LakehouseError
+from lakehouse.checkpoints import restore_marker
+from lakehouse.errors import LakehouseError, RestoreInProgress
 from lakehouse.locks import table_locks
 from lakehouse.params import RunParams
 from lakehouse.pipelines import RUN_LOG, get_pipeline
@@ -213,11 +218,14 @@ def run_stream(ctx: JobContext, writer: DataStreamWriter) -> StreamResult:
 
 @dataclass
 class RunRecord:
+    """One row of ``ops/run_log``: a layer run (``action`` "stream") or a maintenance action."""
+
     pipeline: str
     layer: str
     run_id: str
     status: str
     started_at: datetime
+    action: str = "stream"
     ended_at: datetime | None = None
     query_id: str | None = None
     rows_in: int | None = None
@@ -251,7 +259,7 @@ def append_run_log(spark: SparkSession, settings: Settings, record: RunRecord) -
     row = (
         record.pipeline,
         record.layer,
-        "stream",
+        record.action,
         record.run_id,
         record.query_id,
         record.status,
@@ -271,7 +279,7 @@ def append_run_log(spark: SparkSession, settings: Settings, record: RunRecord) -
     spark.createDataFrame([row], RUN_LOG.schema).write.format("delta").mode("append").save(location)
 
 
-def _configure_logging() -> None:
+def configure_logging() -> None:
     logging.basicConfig(
         stream=sys.stdout,
         level=logging.INFO,
@@ -282,36 +290,68 @@ def _configure_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def refusal(exc: LakehouseError) -> str:
+    """Print the one-line refusal the task log ends with; return it for the record."""
+    print(f"ERROR [{exc.code}] {exc}", file=sys.stderr, flush=True)
+    return f"{exc.code}: {exc}"
+
+
+def job_settings(root: str | None) -> Settings:
+    settings = Settings.from_env()
+    return settings.with_root(root) if root else settings
+
+
+def start_spark(app_name: str, settings: Settings) -> SparkSession:
+    """The job's session, once the root is known to be writable."""
+    check_root_writable(settings)
+    return build_spark(app_name, settings)
+
+
+def check_no_restore_in_progress(spark: SparkSession, settings: Settings, pipeline: str) -> None:
+    marker = settings.path(restore_marker(pipeline))
+    text = storage.read_text(spark, marker)
+    if text is not None:
+        raise RestoreInProgress(
+            f"a checkpoint restore of pipeline {pipeline} is unfinished: {text}"
+        )
+
+
+def write_summary(path: str | None, summary: dict[str, Any]) -> None:
+    log.info("SUMMARY %s", json.dumps(summary, sort_keys=True, default=str))
+    if path:
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(summary, handle, sort_keys=True, default=str)
+
+
 def run_job(
     argv: Sequence[str] | None,
     layer: str,
     body: Callable[[JobContext], StreamResult],
 ) -> int:
     """Run one layer job; returns the process exit code (0 ok, 1 failed, 2 refused)."""
-    _configure_logging()
+    configure_logging()
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv, layer)
     except LakehouseError as exc:
-        print(f"ERROR [{exc.code}] {exc}", file=sys.stderr, flush=True)
+        refusal(exc)
         return 2
     started = datetime.now(UTC)
     record = RunRecord(args.pipeline, layer, args.run_id, "started", started)
     spark: SparkSession | None = None
     exit_code = 0
     try:
-        settings = Settings.from_env()
-        if args.root:
-            settings = settings.with_root(args.root)
+        settings = job_settings(args.root)
         pipeline = get_pipeline(args.pipeline)
         stream = pipeline.stream(layer)
         args.params.check_against(pipeline)
-        check_root_writable(settings)
-        spark = build_spark(f"lakehouse-{pipeline.name}-{layer}", settings)
+        spark = start_spark(f"lakehouse-{pipeline.name}-{layer}", settings)
         record.spark_master = spark.sparkContext.master
         ctx = JobContext(spark, settings, pipeline, stream, args)
         owner = f"{pipeline.name}.{layer} run {args.run_id}"
         locked = args.params.locked_tables(pipeline, layer)
         with table_locks(settings, locked, owner, settings.lock_wait_s):
+            # A restore holds these locks while it works; one that died leaves its marker.
+            check_no_restore_in_progress(spark, settings, pipeline.name)
             t0 = time.monotonic()
             result = body(ctx)
         record.status = "succeeded"
@@ -323,8 +363,7 @@ def run_job(
         record.source_start, record.source_end = result.source_start, result.source_end
         record.details = {"stream_s": round(time.monotonic() - t0, 3), **result.details}
     except LakehouseError as exc:
-        exit_code, record.status, record.error = 2, "refused", f"{exc.code}: {exc}"
-        print(f"ERROR [{exc.code}] {exc}", file=sys.stderr, flush=True)
+        exit_code, record.status, record.error = 2, "refused", refusal(exc)
     except Exception as exc:
         exit_code, record.status = 1, "failed"
         record.error = f"{type(exc).__name__}: {str(exc)[:2000]}"
@@ -336,9 +375,5 @@ def run_job(
                 append_run_log(spark, settings, record)
             except Exception:
                 log.exception("could not append to the run log")
-        summary = record.summary()
-        log.info("SUMMARY %s", json.dumps(summary, sort_keys=True, default=str))
-        if args.summary_file:
-            with open(args.summary_file, "w", encoding="utf-8") as handle:
-                json.dump(summary, handle, sort_keys=True, default=str)
+        write_summary(args.summary_file, record.summary())
     return exit_code

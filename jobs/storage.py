@@ -52,3 +52,55 @@ def list_names(spark: SparkSession, location: str) -> list[str]:
     if not fs.exists(path):
         return []
     return sorted(str(status.getPath().getName()) for status in fs.listStatus(path))
+
+
+def file_size(spark: SparkSession, location: str) -> int | None:
+    """Size of the file at ``location``; None when there is none (or it is a folder)."""
+    fs, path = _fs_and_path(spark, location)
+    if not fs.exists(path):
+        return None
+    status = fs.getFileStatus(path)
+    return None if status.isDirectory() else int(status.getLen())
+
+
+def list_tree(spark: SparkSession, location: str) -> dict[str, int]:
+    """Every file under ``location`` (recursively) as relative path -> size in bytes."""
+    fs, path = _fs_and_path(spark, location)
+    if not fs.exists(path):
+        return {}
+    base = str(fs.makeQualified(path).toUri().getPath()).rstrip("/")
+    found: dict[str, int] = {}
+    files = fs.listFiles(path, True)
+    while files.hasNext():
+        status = files.next()
+        full = str(status.getPath().toUri().getPath())
+        found[full[len(base) + 1 :]] = int(status.getLen())
+    return found
+
+
+def copy_tree(spark: SparkSession, source: str, target: str) -> None:
+    """Copy the folder ``source`` to ``target`` (which must not exist yet)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    src_fs, src = _fs_and_path(spark, source)
+    dst_fs, dst = _fs_and_path(spark, target)
+    if dst_fs.exists(dst):
+        raise FileExistsError(target)
+    dst_fs.mkdirs(dst.getParent())
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    if not jvm.org.apache.hadoop.fs.FileUtil.copy(src_fs, src, dst_fs, dst, False, False, conf):
+        raise OSError(f"could not copy {source} to {target}")
+
+
+def rename(spark: SparkSession, source: str, target: str) -> None:
+    """Move ``source`` to ``target`` (a new name), creating the target's parent."""
+    fs, src = _fs_and_path(spark, source)
+    _, dst = _fs_and_path(spark, target)
+    fs.mkdirs(dst.getParent())
+    if not fs.rename(src, dst):
+        raise OSError(f"could not move {source} to {target}")
+
+
+def delete(spark: SparkSession, location: str) -> bool:
+    fs, path = _fs_and_path(spark, location)
+    return bool(fs.delete(path, True))

@@ -108,3 +108,52 @@ def test_params_schema_rejects_bad_values_before_a_run(dagbag, params: dict, ok:
     else:
         with pytest.raises(Exception, match=r"(?i)invalid|not valid|enum|minimum|maximum|format"):
             resolve()
+
+
+def test_maintenance_dags_shape(dagbag) -> None:  # type: ignore[no-untyped-def]
+    dag = dagbag.dags["lakehouse_maintenance"]
+    order = {t.task_id: sorted(t.upstream_task_ids) for t in dag.tasks}
+    assert order == {
+        "plan": [],
+        "optimize": ["plan"],
+        "vacuum": ["optimize"],
+        "backup": ["vacuum"],
+    }
+    restore = dagbag.dags["lakehouse_restore"]
+    assert restore.timetable.summary in ("None", "Never"), "a restore is never scheduled"
+    assert "admin" in restore.tags
+    assert restore.params["dry_run"] is True, "a restore only checks unless told otherwise"
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "params", "ok"),
+    [
+        ("lakehouse_maintenance", {}, True),
+        ("lakehouse_maintenance", {"actions": ["vacuum"], "tables": ["silver/orders"]}, True),
+        ("lakehouse_maintenance", {"retention_hours": 24}, False),  # below the 168 h floor
+        ("lakehouse_maintenance", {"actions": ["shrink"]}, False),
+        ("lakehouse_maintenance", {"tables": ["../../etc"]}, False),
+        ("lakehouse_maintenance", {"keep_backups": 0}, False),
+        ("lakehouse_restore", {"layer": "gold", "backup_id": "20261126T011049573276Z"}, True),
+        ("lakehouse_restore", {"layer": "platinum"}, False),
+        ("lakehouse_restore", {"backup_id": "../other"}, False),
+    ],
+)
+def test_maintenance_params_are_checked_before_a_run(  # type: ignore[no-untyped-def]
+    dagbag, dag_id: str, params: dict, ok: bool
+) -> None:
+    import copy
+
+    from airflow.sdk.definitions.param import ParamsDict
+
+    def resolve() -> None:
+        merged = ParamsDict(copy.deepcopy(dagbag.dags[dag_id].params))
+        for key, value in params.items():
+            merged[key] = value
+        merged.validate()
+
+    if ok:
+        resolve()
+    else:
+        with pytest.raises(Exception, match=r"(?i)invalid|not valid|enum|minimum|pattern"):
+            resolve()

@@ -3,6 +3,9 @@
 lakehouse report                 what the tables hold (no JVM)
 lakehouse services up|down|status [spark|kafka]
 lakehouse demo [--source file|kafka]
+lakehouse maintain [--actions optimize,vacuum,backup] [--retention-hours H] [--dry-run]
+lakehouse backups                the checkpoint backups
+lakehouse restore LAYER [--backup-id ID|latest] [--check]
 """
 
 from __future__ import annotations
@@ -14,9 +17,17 @@ from lakehouse.errors import LakehouseError
 
 
 def _commands() -> dict[str, Callable[[list[str]], int]]:
-    from lakehouse.local import demo, report, services
+    from lakehouse.local import demo, maintain, report, services
 
-    return {"report": report.main, "services": services.main, "demo": demo.main}
+    def maintenance(command: str) -> Callable[[list[str]], int]:
+        return lambda args: maintain.main([command, *args])
+
+    return {
+        "report": report.main,
+        "services": services.main,
+        "demo": demo.main,
+        **{command: maintenance(command) for command in ("maintain", "backups", "restore")},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

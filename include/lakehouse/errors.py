@@ -65,8 +65,22 @@ class SourceUnavailable(LakehouseError):
 
 class CheckpointInconsistent(LakehouseError):
     hint = (
-        "The checkpoint and its table disagree; restoring or resetting it is described in the "
-        "README, 'Operating it'. Do not delete the checkpoint by hand."
+        "The checkpoint and its table disagree; restoring it from a backup is described in the "
+        "README, 'Maintenance'. Do not delete the checkpoint by hand."
+    )
+
+
+class RetentionBelowFloor(LakehouseError):
+    hint = (
+        "Ask for a retention at or above the floor. The floor (LAKEHOUSE_VACUUM_FLOOR_HOURS) "
+        "protects readers and writers that VACUUM cannot see."
+    )
+
+
+class RestoreInProgress(LakehouseError):
+    hint = (
+        "A checkpoint restore started and has not finished: run the same restore again "
+        "(`lakehouse restore ...`, or the lakehouse_restore DAG) to complete it."
     )
 
 

@@ -29,6 +29,13 @@ variable                           meaning (default)
 ``LAKEHOUSE_JARS_DIR``             the local jar cache (``<project>/.cache/jars``)
 ``LAKEHOUSE_LOCK_WAIT_S``          how long a job waits for another writer of its tables
                                    before it stops with ``ConcurrentRun`` (``60``)
+``LAKEHOUSE_MAINTENANCE_SCHEDULE`` cron for ``lakehouse_maintenance``; ``none`` for manual
+                                   only (``0 4 * * *``)
+``LAKEHOUSE_VACUUM_FLOOR_HOURS``   the shortest VACUUM retention anyone may ask for (``168``)
+``LAKEHOUSE_VACUUM_MARGIN_S``      kept beyond what a lagging stream needs, for clock skew
+                                   between storage and driver (``3600``)
+``LAKEHOUSE_RESTORE_ADMINS``       users allowed to trigger ``lakehouse_restore``, comma
+                                   separated (``admin``)
 =================================  ==========================================================
 """
 
@@ -71,6 +78,10 @@ def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -
     return value
 
 
+def _schedule(raw: str) -> str | None:
+    return None if raw.lower() in ("", "none", "null") else raw
+
+
 @dataclass(frozen=True)
 class Settings:
     """Typed deployment settings. Build with ``from_env``; derive variants with ``replace``."""
@@ -87,6 +98,10 @@ class Settings:
     max_offsets_per_trigger: int = 200_000
     driver_memory: str = "2g"
     lock_wait_s: int = 60
+    maintenance_schedule: str | None = "0 4 * * *"
+    vacuum_floor_hours: int = 168
+    vacuum_margin_s: int = 3600
+    restore_admins: tuple[str, ...] = ("admin",)
     extra_spark_conf: Mapping[str, str] = field(default_factory=dict)
     project_dir: Path = PROJECT_DIR
     jars_dir: Path = PROJECT_DIR / ".cache" / "jars"
@@ -122,6 +137,8 @@ class Settings:
         env = os.environ if env is None else env
         project_dir = Path(env.get("LAKEHOUSE_HOME") or PROJECT_DIR)
         schedule = env.get("LAKEHOUSE_ORDERS_SCHEDULE", "0 */3 * * *").strip()
+        maintenance = env.get("LAKEHOUSE_MAINTENANCE_SCHEDULE", "0 4 * * *").strip()
+        admins = env.get("LAKEHOUSE_RESTORE_ADMINS", "admin")
         extra_raw = env.get("LAKEHOUSE_SPARK_CONF", "").strip() or "{}"
         try:
             extra = json.loads(extra_raw)
@@ -141,7 +158,11 @@ class Settings:
             ),
             orders_kafka_topic_pattern=env.get("LAKEHOUSE_ORDERS_KAFKA_TOPIC_PATTERN", "").strip()
             or None,
-            orders_schedule=None if schedule.lower() in ("", "none", "null") else schedule,
+            orders_schedule=_schedule(schedule),
+            maintenance_schedule=_schedule(maintenance),
+            vacuum_floor_hours=_int(env, "LAKEHOUSE_VACUUM_FLOOR_HOURS", 168, 0, 87_600),
+            vacuum_margin_s=_int(env, "LAKEHOUSE_VACUUM_MARGIN_S", 3600, 0, 864_000),
+            restore_admins=tuple(a.strip() for a in admins.split(",") if a.strip()),
             shuffle_partitions=_int(
                 env, "LAKEHOUSE_SHUFFLE_PARTITIONS", _default_partitions(), 1, 10_000
             ),

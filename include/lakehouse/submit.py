@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import zipfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +45,9 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.shuffle.partitions": partitions,
         "spark.default.parallelism": partitions,
         "spark.databricks.delta.snapshotPartitions": partitions,
+        # VACUUM lists a table's folders in this many tasks (10,000 by default: half an hour
+        # of task overhead on a two-core machine for a table of a few hundred files).
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": partitions,
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.numRecentProgressUpdates": "1000",
         # Safety switches stay on: VACUUM refuses short retention, missing files fail loudly.
@@ -54,6 +58,37 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     }
     conf.update(settings.extra_spark_conf)
     return conf
+
+
+def code_digest(sources: Iterable[tuple[str, bytes]]) -> str:
+    """Content hash of the project's code, as ``(archive name, bytes)`` pairs in name order."""
+    digest = hashlib.sha256()
+    for name, data in sources:
+        digest.update(name.encode())
+        digest.update(data)
+    return digest.hexdigest()[:12]
+
+
+def running_code_version() -> str:
+    """``<version>+<digest>`` of the ``lakehouse`` and ``jobs`` code this process imported
+    (from the checkout or from the ``--py-files`` zip alike); recorded in backup manifests."""
+    from importlib.resources import files
+    from importlib.resources.abc import Traversable
+
+    from lakehouse import __version__
+
+    def walk(node: Traversable, prefix: str) -> Iterator[tuple[str, bytes]]:
+        for child in sorted(node.iterdir(), key=lambda c: c.name):
+            if child.is_dir() and child.name != "__pycache__":
+                yield from walk(child, f"{prefix}{child.name}/")
+            elif child.name.endswith(".py"):
+                yield f"{prefix}{child.name}", child.read_bytes()
+
+    sources = [
+        *sorted(walk(files("lakehouse"), "lakehouse/")),
+        *sorted(walk(files("jobs"), "jobs/")),
+    ]
+    return f"{__version__}+{code_digest(sources)}"
 
 
 def code_archive(settings: Settings) -> Path:
@@ -67,13 +102,12 @@ def code_archive(settings: Settings) -> Path:
         ("lakehouse", settings.project_dir / "include" / "lakehouse"),
         ("jobs", settings.project_dir / "jobs"),
     ):
-        for path in sorted(directory.rglob("*.py")):
-            sources.append((path, f"{package}/{path.relative_to(directory).as_posix()}"))
-    digest = hashlib.sha256()
-    for path, name in sources:
-        digest.update(name.encode())
-        digest.update(path.read_bytes())
-    target = settings.project_dir / "build" / f"lakehouse-{digest.hexdigest()[:12]}.zip"
+        found = [
+            (p, f"{package}/{p.relative_to(directory).as_posix()}") for p in directory.rglob("*.py")
+        ]
+        sources += sorted(found, key=lambda item: item[1])
+    digest = code_digest((name, path.read_bytes()) for path, name in sources)
+    target = settings.project_dir / "build" / f"lakehouse-{digest}.zip"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,16 @@
-"""``LakehouseJobOperator``: run one layer of a pipeline with spark-submit, return its summary.
+"""Operators that run the project's Spark jobs with spark-submit and return their summaries.
 
-A thin layer over the Spark provider's ``SparkSubmitOperator``. At execution time (never at
-parse time) it builds the command from ``lakehouse.submit``: the job file, its arguments,
-the Spark and Delta settings, the cached jars and the project's code as ``--py-files``. It
-runs cheap pre-flight checks first, so a missing Java, an unwritable root or a dead master
-fail in a second with a message that says what to do. When the job ends it reads the
-summary the job wrote, logs it, and returns it (XCom) for the next tasks and the UI.
+``LakehouseSubmitOperator`` is a thin layer over the Spark provider's ``SparkSubmitOperator``.
+At execution time (never at parse time) it builds the command from ``lakehouse.submit``: the
+job file, its arguments, the Spark and Delta settings, the cached jars and the project's code
+as ``--py-files``. It runs cheap pre-flight checks first, so a missing Java, an unwritable
+root or a dead master fail in a second with a message that says what to do. When the job
+ends it reads the summary the job wrote, logs it, and returns it (XCom) for the next tasks
+and the UI. Two kinds of job run through it:
+
+* ``LakehouseJobOperator``: one layer of a pipeline (``jobs/<layer>.py``);
+* ``MaintenanceJobOperator``: one maintenance action (``jobs/maintenance.py``): optimize,
+  vacuum, backup, or restore (which only the users in ``LAKEHOUSE_RESTORE_ADMINS`` may run).
 
 Where the job runs: ``LAKEHOUSE_SPARK_MASTER`` if set, else the ``lakehouse_spark``
 connection, else local Spark in the task's process.
@@ -35,6 +40,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from lakehouse import errors, kafka
+from lakehouse.maintenance import MaintenanceParams
 from lakehouse.params import RunParams
 from lakehouse.pipelines import get_pipeline
 from lakehouse.settings import Settings
@@ -60,6 +66,8 @@ _NO_RETRY = {
         errors.KafkaOffsetsLost,
         errors.KafkaTopicNotFound,
         errors.KafkaAuthenticationFailed,
+        errors.RetentionBelowFloor,
+        errors.RestoreInProgress,
     )
 }
 
@@ -93,18 +101,18 @@ class LakehouseSparkSubmitHook(SparkSubmitHook):
         return True
 
 
-class LakehouseJobOperator(SparkSubmitOperator):
-    """Run ``jobs/<layer>.py`` for ``pipeline`` with spark-submit.
+class LakehouseSubmitOperator(SparkSubmitOperator):
+    """Run ``jobs/<job>.py`` for ``pipeline`` with spark-submit.
 
     Parameters
     ----------
-    pipeline, layer
-        Which stream of which pipeline (see ``lakehouse.pipelines``).
+    pipeline, job
+        The pipeline (see ``lakehouse.pipelines``) and the job module under ``jobs/``.
     job_args
         Extra arguments for the job (templated).
 
-    The run's params (``mode``, ``reprocess_from``/``reprocess_to``, ``layers``, rate limits)
-    are read from the task context and passed on; a layer the params leave out is skipped.
+    Subclasses turn the run's params into the job's arguments (``params_args``) and say what
+    a summary means (``summary_line``).
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "job_args")
@@ -114,19 +122,32 @@ class LakehouseJobOperator(SparkSubmitOperator):
         self,
         *,
         pipeline: str,
-        layer: str,
+        job: str,
         job_args: Sequence[str] = (),
         conn_id: str = SPARK_CONN_ID,
-        kafka_conn_id: str = KAFKA_CONN_ID,
         **kwargs: Any,
     ) -> None:
-        kwargs.setdefault("name", f"lakehouse-{pipeline}-{layer}")
-        super().__init__(application=f"jobs/{layer}.py", conn_id=conn_id, **kwargs)
+        kwargs.setdefault("name", f"lakehouse-{pipeline}-{job}")
+        super().__init__(application=f"jobs/{job}.py", conn_id=conn_id, **kwargs)
         self.pipeline = pipeline
-        self.layer = layer
+        self.job = job
         self.job_args = list(job_args)
-        self.kafka_conn_id = kafka_conn_id
         self._settings: Settings | None = None
+
+    @property
+    def what(self) -> str:
+        return f"{self.pipeline}.{self.job}"
+
+    def params_args(self, context: Context, settings: Settings) -> list[str]:
+        """The job's arguments from the run's params; raise AirflowSkipException to skip."""
+        return []
+
+    def job_env(self, settings: Settings, scratch: Path) -> dict[str, str]:
+        """Environment for the job; ``scratch`` is a private folder deleted after the task."""
+        return {}
+
+    def summary_line(self, summary: dict[str, Any]) -> str:
+        return f"{self.what}: {summary.get('status')} in {summary.get('duration_s') or 0.0:.1f}s"
 
     def _get_hook(self) -> SparkSubmitHook:
         settings = self._settings or Settings.from_env()
@@ -153,37 +174,29 @@ class LakehouseJobOperator(SparkSubmitOperator):
 
         settings = self._settings = Settings.from_env()
         try:
-            params = effective_params(context, get_pipeline(self.pipeline))
+            params_args = self.params_args(context, settings)
         except errors.LakehouseError as exc:
             raise AirflowFailException(f"[{exc.code}] {exc}") from None
-        if self.layer not in params.layers:
-            raise AirflowSkipException(f"{self.layer} is not among this run's layers")
-        if params.dry_run:
-            raise AirflowSkipException("dry run: the plan task says what this layer would do")
         try:
             preflight.java_executable()
             preflight.check_root_writable(settings)
         except errors.LakehouseError as exc:
             raise AirflowFailException(f"[{exc.code}] {exc}") from None
         with tempfile.TemporaryDirectory(prefix="lakehouse-") as tmp:
-            if self._reads_kafka(settings):
-                access_file = Path(tmp) / "kafka-access.json"
-                try:
-                    access = self._kafka_access(settings)
-                    access.write(access_file)
-                    self._check_kafka(settings, access, params)
-                except errors.LakehouseError as exc:
-                    raise _failure(exc) from None
-                # The path only: the job reads the settings from the file.
-                self.env_vars = {**(self.env_vars or {}), kafka.ACCESS_FILE_ENV: str(access_file)}
+            try:
+                extra_env = self.job_env(settings, Path(tmp))
+            except errors.LakehouseError as exc:
+                raise _failure(exc) from None
+            if extra_env:
+                self.env_vars = {**(self.env_vars or {}), **extra_env}
             summary_file = Path(tmp) / "summary.json"
             spec = job_submit_spec(
                 settings,
                 self.pipeline,
-                self.layer,
+                self.job,
                 run_id=str(context["run_id"]),
                 summary_file=str(summary_file),
-                extra_args=(*params.job_args(self.layer), *(str(a) for a in self.job_args)),
+                extra_args=(*params_args, *(str(a) for a in self.job_args)),
             )
             self.application = spec.application
             self.application_args = list(spec.args)
@@ -197,35 +210,62 @@ class LakehouseJobOperator(SparkSubmitOperator):
                 preflight.check_master(master)
             except errors.LakehouseError as exc:
                 raise AirflowException(f"[{exc.code}] {exc}") from None
-            self.log.info("running %s.%s on %s", self.pipeline, self.layer, master)
+            self.log.info("running %s on %s", self.what, master)
             try:
                 super().execute(context)
             except AirflowException:
                 summary = _read_summary(summary_file)
                 if summary and summary.get("error"):
                     code = str(summary["error"]).split(":", 1)[0]
-                    message = (
-                        f"{self.pipeline}.{self.layer} {summary['status']}: {summary['error']}"
-                    )
+                    message = f"{self.what} {summary['status']}: {summary['error']}"
                     if code in _NO_RETRY:
                         raise AirflowFailException(message) from None
                     raise AirflowException(message) from None
                 raise
             summary = _read_summary(summary_file)
         if summary is None:
-            raise AirflowException(f"{self.pipeline}.{self.layer} finished without a summary.")
-        self.log.info(
-            "%s.%s: %s rows in, %s out, %s quarantined, %s micro-batches, %.1fs (%s rows/s)",
-            self.pipeline,
-            self.layer,
-            summary.get("rows_in"),
-            summary.get("rows_out"),
-            summary.get("rows_quarantined"),
-            summary.get("batches"),
-            summary.get("duration_s") or 0.0,
-            summary.get("rows_per_s"),
-        )
+            raise AirflowException(f"{self.what} finished without a summary.")
+        self.log.info("%s", self.summary_line(summary))
         return summary
+
+
+class LakehouseJobOperator(LakehouseSubmitOperator):
+    """Run ``jobs/<layer>.py`` for ``pipeline``: one layer of the pipeline.
+
+    The run's params (``mode``, ``reprocess_from``/``reprocess_to``, ``layers``, rate limits)
+    are read from the task context and passed on; a layer the params leave out is skipped.
+    """
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        layer: str,
+        kafka_conn_id: str = KAFKA_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(pipeline=pipeline, job=layer, **kwargs)
+        self.layer = layer
+        self.kafka_conn_id = kafka_conn_id
+        self._params = RunParams()
+
+    def params_args(self, context: Context, settings: Settings) -> list[str]:
+        params = self._params = effective_params(context, get_pipeline(self.pipeline))
+        if self.layer not in params.layers:
+            raise AirflowSkipException(f"{self.layer} is not among this run's layers")
+        if params.dry_run:
+            raise AirflowSkipException("dry run: the plan task says what this layer would do")
+        return params.job_args(self.layer)
+
+    def job_env(self, settings: Settings, scratch: Path) -> dict[str, str]:
+        if not self._reads_kafka(settings):
+            return {}
+        access_file = scratch / "kafka-access.json"
+        access = self._kafka_access(settings)
+        access.write(access_file)
+        self._check_kafka(settings, access, self._params)
+        # The path only: the job reads the settings from the file.
+        return {kafka.ACCESS_FILE_ENV: str(access_file)}
 
     def _reads_kafka(self, settings: Settings) -> bool:
         stream = get_pipeline(self.pipeline).stream(self.layer)
@@ -280,6 +320,74 @@ class LakehouseJobOperator(SparkSubmitOperator):
             report.backlog,
             report.check_ms,
         )
+
+    def summary_line(self, summary: dict[str, Any]) -> str:
+        return (
+            f"{self.what}: {summary.get('rows_in')} rows in, {summary.get('rows_out')} out, "
+            f"{summary.get('rows_quarantined')} quarantined, {summary.get('batches')} "
+            f"micro-batches, {summary.get('duration_s') or 0.0:.1f}s "
+            f"({summary.get('rows_per_s')} rows/s)"
+        )
+
+
+class MaintenanceJobOperator(LakehouseSubmitOperator):
+    """Run one maintenance ``action`` of ``jobs/maintenance.py`` for ``pipeline``.
+
+    ``optimize``, ``vacuum`` and ``backup`` read the maintenance params (``actions``,
+    ``tables``, ``retention_hours``, ``keep_backups``, ``dry_run``) and are skipped when
+    ``actions`` leaves them out. ``restore`` reads ``layer``, ``backup_id`` and ``dry_run``,
+    and refuses unless a user named in ``LAKEHOUSE_RESTORE_ADMINS`` triggered the run.
+    """
+
+    ACTIONS = ("optimize", "vacuum", "backup", "restore")
+
+    def __init__(self, *, pipeline: str, action: str, **kwargs: Any) -> None:
+        if action not in self.ACTIONS:
+            raise ValueError(f"action {action!r} is not one of {self.ACTIONS}")
+        kwargs.setdefault("name", f"lakehouse-{pipeline}-{action}")
+        super().__init__(pipeline=pipeline, job="maintenance", **kwargs)
+        self.action = action
+
+    @property
+    def what(self) -> str:
+        return f"{self.pipeline}.{self.action}"
+
+    def params_args(self, context: Context, settings: Settings) -> list[str]:
+        raw = dict(context["params"])
+        if self.action == "restore":
+            return restore_args(context, raw, settings)
+        params = MaintenanceParams.parse(
+            raw, get_pipeline(self.pipeline), settings.vacuum_floor_hours
+        )
+        if self.action not in params.actions:
+            raise AirflowSkipException(f"{self.action} is not among this run's actions")
+        return params.job_args([self.action])
+
+    def summary_line(self, summary: dict[str, Any]) -> str:
+        lines = [super().summary_line(summary)]
+        for action in summary.get("actions") or []:
+            details = action.get("details") or {}
+            lines.append(
+                f"  {action.get('action')} {details.get('target')}: {action.get('status')}, "
+                f"{details.get('reason') or action.get('error') or ''}"
+            )
+        return "\n".join(lines)
+
+
+def restore_args(context: Context, raw: dict[str, Any], settings: Settings) -> list[str]:
+    """Arguments of a restore, after checking who asked for it."""
+    dag_run = context["dag_run"]
+    user = getattr(dag_run, "triggering_user_name", None)
+    if user not in settings.restore_admins:
+        raise errors.InvalidRunParams(
+            f"a checkpoint restore may only be triggered by {', '.join(settings.restore_admins)} "
+            f"(LAKEHOUSE_RESTORE_ADMINS); this run was triggered by {user or 'nobody'}."
+        )
+    layer, backup_id = raw.get("layer"), raw.get("backup_id") or "latest"
+    if not isinstance(layer, str) or not isinstance(backup_id, str):
+        raise errors.InvalidRunParams("layer and backup_id must be strings.")
+    args = ["--restore", layer, "--backup-id", backup_id]
+    return [*args, "--dry-run"] if raw.get("dry_run", True) else args
 
 
 def _read_summary(path: Path) -> dict[str, Any] | None:

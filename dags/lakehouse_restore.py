@@ -1,0 +1,97 @@
+"""
+### lakehouse_restore (admin only)
+
+Puts one layer's streaming checkpoint back from a backup made by `lakehouse_maintenance`,
+together with its tables: each table the layer writes goes back (`RESTORE TABLE ... TO
+VERSION AS OF`) to the version in the backup's manifest, and every layer downstream is reset
+(its checkpoint moved aside, its tables emptied) so that the next `orders_pipeline` run
+rebuilds it. The restored checkpoint gets a new query id, so no replayed batch is skipped.
+
+Before changing anything the job checks that the backup, the tables and the source can agree
+(same tables, the backed-up versions still readable with all their files, every source
+version the checkpoint will read still there); if not it stops with `CheckpointInconsistent`
+and the reasons, and nothing is changed.
+
+**Params**: `layer`, `backup_id` (an id from the backups folder, or `latest`), `dry_run`
+(true by default: only run the checks). Never scheduled. Only the users named in
+`LAKEHOUSE_RESTORE_ADMINS` may run it: the task refuses a run anybody else triggered. With
+an auth manager that has roles (FAB, Keycloak), also grant this DAG to admins only.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import pendulum
+from airflow.sdk import Param, dag, task
+
+from lakehouse.pipelines import ORDERS
+from lakehouse_airflow.operators import MaintenanceJobOperator
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+BACKUP_ID_PATTERN = r"^(latest|\d{8}T\d{12}Z)$"
+
+PARAMS = {
+    "layer": Param(
+        "silver",
+        type="string",
+        enum=list(ORDERS.layers),
+        title="Layer",
+        description="Whose checkpoint to restore; every layer after it is reset.",
+    ),
+    "backup_id": Param(
+        "latest",
+        type="string",
+        pattern=BACKUP_ID_PATTERN,
+        title="Backup",
+        description="A backup id (a folder under <root>/_backups/orders/), or latest.",
+    ),
+    "dry_run": Param(
+        True,
+        type="boolean",
+        title="Only check",
+        description="Run every check and report; change nothing. Untick to restore.",
+    ),
+}
+
+
+@dag(
+    dag_id="lakehouse_restore",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    dagrun_timeout=timedelta(hours=6),
+    tags=["lakehouse", "maintenance", "admin"],
+    doc_md=__doc__,
+    params=PARAMS,
+    default_args={"owner": "data-platform", "retries": 1, "retry_delay": timedelta(minutes=2)},
+)
+def lakehouse_restore() -> None:
+    @task(retries=0)
+    def plan(**context: Any) -> str:
+        """Say what the run will do, and who asked for it."""
+        ctx: Context = context  # type: ignore[assignment]
+        params, dag_run = ctx["params"], ctx["dag_run"]
+        what = "check" if params.get("dry_run", True) else "restore"
+        line = (
+            f"{what} {ORDERS.name}.{params['layer']} from backup {params['backup_id']}, "
+            f"triggered by {getattr(dag_run, 'triggering_user_name', None) or 'unknown'}"
+        )
+        print(f"lakehouse_restore: {line}")
+        return line
+
+    restore = MaintenanceJobOperator(
+        task_id="restore",
+        pipeline=ORDERS.name,
+        action="restore",
+        max_active_tis_per_dag=1,
+        doc_md="`jobs/maintenance.py --restore <layer> --backup-id <id>`",
+    )
+    plan() >> restore
+
+
+lakehouse_restore()

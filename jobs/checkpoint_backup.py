@@ -1,0 +1,489 @@
+"""Checkpoint backups that restore: a copy of every checkpoint and what it must agree with.
+
+**Backup.** While it holds the write locks of every table the pipeline's streams write (no
+layer job runs), the job copies each checkpoint to ``<root>/_backups/<pipeline>/<id>/`` and
+writes a manifest: the query id, the last planned and committed batches, for each table the
+stream writes its id, version and transaction version for the query, where the stream stood
+in its source, and the code, Spark and Delta versions. A checkpoint older than its table
+(``T > O``, see ``lakehouse.checkpoints``) is refused, not backed up. The last N are kept.
+
+**Restore** of one layer from a backup puts its checkpoint back with its tables as they were:
+
+1. checks, changing nothing: the copy is complete, each table is the same table (same id),
+   its backed-up version can still be read with every file, and the source still holds
+   every version and file the restored checkpoint will read; else ``CheckpointInconsistent``
+   with the reasons;
+2. resets every stream downstream (their checkpoints are moved aside, their tables emptied):
+   they read a table that goes back in time, so they rebuild from it on their next run;
+3. ``RESTORE TABLE ... TO VERSION AS OF`` the manifest's versions;
+4. installs the copy under a **new query id**. Delta keeps the newest transaction ids across
+   a RESTORE (checked on this Delta version), so the old id would make the table skip every
+   replayed batch; the new id starts clean, and a batch the table already held at backup
+   time (``T == C + 1``) is recorded for the new id so its replay is skipped again.
+
+A marker (``lakehouse.checkpoints.restore_marker``) is written before step 2 and removed
+after step 4; while it exists every layer job of the pipeline refuses to start, and running
+the same restore again resumes it (each step is idempotent).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import functions as F
+
+from jobs import faults, storage
+from jobs.delta_state import (
+    absolute,
+    commit_actions,
+    is_delta_table,
+    logged_versions,
+    missing_files,
+    table_state,
+)
+from jobs.tables import quote_path
+from lakehouse.checkpoints import (
+    MANIFEST,
+    BackupManifest,
+    CheckpointLog,
+    DeltaPosition,
+    SinkState,
+    SourceState,
+    StreamBackup,
+    backup_dir,
+    backups_root,
+    backups_to_drop,
+    batch_ids,
+    downstream_streams,
+    is_backup_id,
+    new_backup_id,
+    parse_offsets,
+    parse_query_id,
+    restore_marker,
+    txn_problem,
+)
+from lakehouse.errors import CheckpointInconsistent, InvalidRunParams, RestoreInProgress
+from lakehouse.submit import running_code_version
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from jobs.maintenance import Maintenance, Outcome
+    from lakehouse.specs import StreamSpec
+
+log = logging.getLogger("lakehouse.backup")
+
+
+def read_checkpoint_log(spark: SparkSession, checkpoint: str) -> CheckpointLog:
+    metadata = storage.read_text(spark, f"{checkpoint}/metadata")
+    return CheckpointLog(
+        query_id=parse_query_id(metadata) if metadata else None,
+        offsets=batch_ids(storage.list_names(spark, f"{checkpoint}/offsets")),
+        commits=batch_ids(storage.list_names(spark, f"{checkpoint}/commits")),
+    )
+
+
+def resume_offset(spark: SparkSession, checkpoint: str, batches: CheckpointLog) -> Any:
+    """The raw source offset the next run starts from (None: the query never ran)."""
+    batch = batches.resume_batch
+    if batch is None:
+        return None
+    entry = parse_offsets(batch, storage.read_text(spark, f"{checkpoint}/offsets/{batch}") or "")
+    return entry.sources[0] if entry.sources else None
+
+
+def _package_version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+# -- backup -----------------------------------------------------------------------------------
+
+
+def stream_state(job: Maintenance, stream: StreamSpec, checkpoint: str) -> StreamBackup:
+    """What ``stream``'s checkpoint must agree with, checked against the invariant."""
+    spark, settings = job.spark, job.settings
+    batches = read_checkpoint_log(spark, checkpoint)
+    if batches.query_id is None:
+        raise CheckpointInconsistent(f"{checkpoint} has no metadata (no query id).")
+    sinks = []
+    for table in stream.targets:
+        location = settings.path(table)
+        if not is_delta_table(spark, location):
+            raise CheckpointInconsistent(f"{table} is missing but its writer's checkpoint exists.")
+        state = table_state(spark, location)
+        txn = state.txn_versions.get(batches.query_id)
+        problem = txn_problem(table, txn, batches.last_commit, batches.last_offsets)
+        if problem:
+            raise CheckpointInconsistent(f"{job.pipeline.name}.{stream.layer}: {problem}.")
+        sinks.append(SinkState(table, state.table_id, state.version, txn))
+    offset = resume_offset(spark, checkpoint, batches)
+    if stream.source_table:
+        source = table_state(spark, settings.path(stream.source_table))
+        position = DeltaPosition.from_offset(offset)
+        if position and position.reservoir_id != source.table_id:
+            raise CheckpointInconsistent(
+                f"{job.pipeline.name}.{stream.layer} reads table id {position.reservoir_id}, but "
+                f"{stream.source_table} is now {source.table_id}: it was recreated."
+            )
+        sources = (
+            SourceState(
+                "delta", stream.source_table, source.table_id, source.version, position=offset
+            ),
+        )
+    else:
+        sources = (SourceState(job.settings.orders_source, position=offset),)
+    return StreamBackup(
+        layer=stream.layer,
+        checkpoint=stream.checkpoint,
+        query_id=batches.query_id,
+        last_offsets=batches.last_offsets,
+        last_commit=batches.last_commit,
+        files={},
+        sources=sources,
+        sinks=tuple(sinks),
+    )
+
+
+def backup_checkpoints(job: Maintenance) -> Outcome:
+    """Copy every checkpoint of the pipeline with its manifest; keep the newest N backups."""
+    spark, settings, pipeline = job.spark, job.settings, job.pipeline
+    root = settings.path(backups_root(pipeline.name))
+    targets = [t for stream in pipeline.streams for t in stream.targets]
+    with job.locked(targets) as waited_s:
+        backup_id = new_backup_id()
+        final = settings.path(backup_dir(pipeline.name, backup_id))
+        partial = f"{root}/.{backup_id}.partial"  # a hidden name until it is complete
+        streams: dict[str, StreamBackup] = {}
+        for stream in pipeline.streams:
+            checkpoint = settings.path(stream.checkpoint)
+            if storage.read_text(spark, f"{checkpoint}/metadata") is None:
+                continue  # never ran: nothing to back up
+            state = stream_state(job, stream, checkpoint)
+            copy = f"{partial}/{stream.checkpoint}"
+            storage.copy_tree(spark, checkpoint, copy)
+            files = storage.list_tree(spark, copy)
+            if files != storage.list_tree(spark, checkpoint):
+                raise OSError(f"the copy of {stream.checkpoint} differs from the original")
+            streams[stream.layer] = replace(state, files=files)
+        if not streams:
+            return "skipped", {"reason": "no stream has run yet: nothing to back up"}
+        manifest = BackupManifest(
+            backup_id=backup_id,
+            pipeline=pipeline.name,
+            created_at=datetime.now(UTC).isoformat(),
+            code_version=running_code_version(),
+            spark_version=spark.version,
+            delta_version=_package_version("delta-spark"),
+            streams=streams,
+        )
+        storage.write_text(spark, f"{partial}/{MANIFEST}", manifest.to_json())
+        storage.rename(spark, partial, final)
+    existing = [n for n in storage.list_names(spark, root) if is_backup_id(n)]
+    dropped = backups_to_drop(existing, job.params.keep_backups)
+    for old in dropped:
+        storage.delete(spark, f"{root}/{old}")
+    details = {
+        "backup_id": backup_id,
+        "location": final,
+        "lock_wait_s": waited_s,
+        "streams": {
+            layer: {
+                "query_id": s.query_id,
+                "last_commit": s.last_commit,
+                "files": len(s.files),
+                "bytes": sum(s.files.values()),
+                "tables": {k.table: {"version": k.version, "txn": k.txn_version} for k in s.sinks},
+            }
+            for layer, s in streams.items()
+        },
+        "dropped_backups": dropped,
+        "reason": f"backed up {', '.join(streams)} as {backup_id}; kept the newest "
+        f"{job.params.keep_backups}",
+    }
+    return "succeeded", details
+
+
+# -- restore ----------------------------------------------------------------------------------
+
+
+def load_manifest(job: Maintenance, backup_id: str) -> BackupManifest:
+    spark, settings = job.spark, job.settings
+    root = settings.path(backups_root(job.pipeline.name))
+    ids = sorted(n for n in storage.list_names(spark, root) if is_backup_id(n))
+    if backup_id == "latest":
+        if not ids:
+            raise InvalidRunParams(f"there is no backup of {job.pipeline.name} yet.")
+        backup_id = ids[-1]
+    if backup_id not in ids:
+        known = ", ".join(ids[-5:]) or "none"
+        raise InvalidRunParams(f"no backup {backup_id!r}; the newest are: {known}.")
+    text = storage.read_text(spark, f"{root}/{backup_id}/{MANIFEST}")
+    if text is None:
+        raise CheckpointInconsistent(f"backup {backup_id} has no manifest.")
+    return BackupManifest.from_json(text)
+
+
+@dataclass(frozen=True)
+class RestorePlan:
+    restore_id: str
+    backup_id: str
+    layer: str
+    query_id: str  # the restored checkpoint's new query id
+    started_at: str
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, sort_keys=True)
+
+
+def restore_problems(
+    job: Maintenance, manifest: BackupManifest, entry: StreamBackup, stream: StreamSpec
+) -> list[str]:
+    """Why the backup cannot be put back in agreement with its tables and source."""
+    spark, settings = job.spark, job.settings
+    problems: list[str] = []
+    copy = settings.path(f"{backup_dir(manifest.pipeline, manifest.backup_id)}/{entry.checkpoint}")
+    found = storage.list_tree(spark, copy)
+    if found != dict(entry.files):
+        damaged = sorted(set(found.items()) ^ set(entry.files.items()))
+        problems.append(f"the backup's copy of {entry.checkpoint} is damaged ({damaged[:3]} ...)")
+    for sink in entry.sinks:
+        problem = txn_problem(sink.table, sink.txn_version, entry.last_commit, entry.last_offsets)
+        if problem:
+            problems.append(problem)
+        location = settings.path(sink.table)
+        if not is_delta_table(spark, location):
+            problems.append(f"{sink.table} no longer exists")
+            continue
+        state = table_state(spark, location)
+        if state.table_id != sink.table_id:
+            problems.append(f"{sink.table} was recreated since the backup (new table id)")
+            continue
+        if state.version < sink.version:
+            problems.append(f"{sink.table} is at version {state.version}, before {sink.version}")
+            continue
+        try:
+            files = (
+                spark.read.format("delta")
+                .option("versionAsOf", sink.version)
+                .load(location)
+                .inputFiles()
+            )
+        except Exception as exc:
+            problems.append(f"version {sink.version} of {sink.table} cannot be read: {exc}"[:500])
+            continue
+        missing = missing_files(spark, files)
+        if missing:
+            problems.append(
+                f"version {sink.version} of {sink.table} needs {len(missing)} file(s) that "
+                "VACUUM removed since the backup"
+            )
+    for source in entry.sources:
+        problems += source_problems(job, source, stream)
+    return problems
+
+
+def source_problems(job: Maintenance, source: SourceState, stream: StreamSpec) -> list[str]:
+    """Versions and files of a Delta source the restored checkpoint would read but are gone."""
+    position = DeltaPosition.from_offset(source.position)
+    if source.kind != "delta" or position is None or source.table is None:
+        return []  # files and Kafka: the landing files stay; Kafka retention is the broker's
+    spark = job.spark
+    location = job.settings.path(source.table)
+    if not is_delta_table(spark, location):
+        return [f"the source {source.table} no longer exists"]
+    state = table_state(spark, location)
+    if state.table_id != position.reservoir_id:
+        return [f"the source {source.table} was recreated since the backup"]
+    versions = list(range(position.reservoir_version, state.version + 1))
+    gone = sorted(set(versions) - logged_versions(spark, location))
+    if gone:
+        return [
+            f"the log of {source.table} no longer holds versions {gone[0]}..{gone[-1]} that "
+            f"{stream.layer} would read"
+        ]
+    needed: list[str] = []
+    if versions:
+        actions_df = commit_actions(spark, location, versions)
+        columns = [F.when(F.col("add.dataChange"), F.col("add.path")), F.col("cdc.path")]
+        if stream.read_change_feed:  # a change feed reads removed files for deletes
+            columns.append(F.when(F.col("remove.dataChange"), F.col("remove.path")))
+        for row in actions_df.select(F.explode(F.array(*columns)).alias("path")).collect():
+            if row["path"]:
+                needed.append(absolute(location, row["path"]))
+    if position.is_starting_version:
+        needed += (
+            spark.read.format("delta")
+            .option("versionAsOf", position.reservoir_version)
+            .load(location)
+            .inputFiles()
+        )
+    missing = missing_files(spark, sorted(set(needed)))
+    if missing:
+        return [
+            f"{len(missing)} file(s) of {source.table} from version "
+            f"{position.reservoir_version} on, which {stream.layer} would read, were removed"
+        ]
+    return []
+
+
+def restore_checkpoint(job: Maintenance, layer: str, backup_id: str) -> Outcome:
+    """Restore ``layer``'s checkpoint and tables from a backup, resetting what is downstream."""
+    spark, settings, pipeline = job.spark, job.settings, job.pipeline
+    if layer not in pipeline.layers:
+        raise InvalidRunParams(f"layer {layer!r} is not one of {', '.join(pipeline.layers)}.")
+    stream = pipeline.stream(layer)
+    manifest = load_manifest(job, backup_id)
+    entry = manifest.streams.get(layer)
+    if entry is None:
+        raise CheckpointInconsistent(
+            f"backup {manifest.backup_id} holds no {layer} checkpoint (it had not run)."
+        )
+    downstream = downstream_streams(pipeline, stream)
+    frozen = [t for s in downstream for t in s.targets if not pipeline.table(t).allow_full_refresh]
+    if frozen:
+        raise CheckpointInconsistent(
+            f"restoring {layer} would reset {frozen}, which may not be rebuilt "
+            "(allow_full_refresh is off)."
+        )
+    tables = [*stream.targets, *(t for s in downstream for t in s.targets)]
+    what = f"{pipeline.name}.{layer} from backup {manifest.backup_id}"
+    with job.locked(tables) as waited_s:
+        marker = settings.path(restore_marker(pipeline.name))
+        pending = storage.read_text(spark, marker)
+        plan = RestorePlan(
+            restore_id=new_backup_id(),
+            backup_id=manifest.backup_id,
+            layer=layer,
+            query_id=str(uuid.uuid4()),
+            started_at=datetime.now(UTC).isoformat(),
+        )
+        if pending is not None:
+            previous = RestorePlan(**json.loads(pending))
+            if (previous.backup_id, previous.layer) != (plan.backup_id, plan.layer):
+                raise RestoreInProgress(
+                    f"the restore of {pipeline.name}.{previous.layer} from backup "
+                    f"{previous.backup_id} is unfinished; finish it before {what}."
+                )
+            plan = previous  # resume it: every step below is idempotent
+        problems = restore_problems(job, manifest, entry, stream)
+        if problems:
+            raise CheckpointInconsistent(
+                f"refused to restore {what}; nothing was changed: " + "; ".join(problems) + "."
+            )
+        details: dict[str, Any] = {
+            "backup_id": manifest.backup_id,
+            "restore_id": plan.restore_id,
+            "lock_wait_s": waited_s,
+            "resumed": pending is not None,
+            "tables": {
+                s.table: {
+                    "from_version": table_state(spark, settings.path(s.table)).version,
+                    "to_version": s.version,
+                }
+                for s in entry.sinks
+            },
+            "reset": [s.layer for s in downstream],
+            "query_id": plan.query_id,
+            "backup_query_id": entry.query_id,
+            "backup_code_version": manifest.code_version,
+            "code_version": running_code_version(),
+            "reason": f"{what}: checks passed",
+        }
+        if job.params.dry_run:
+            return "dry_run", details
+        if pending is None:
+            storage.write_text(spark, marker, plan.to_json())
+        replaced = settings.path(f"{backups_root(pipeline.name)}/replaced/{plan.restore_id}")
+        for consumer in downstream:
+            reset_stream(job, consumer, replaced)
+        for sink in entry.sinks:
+            restore_table(spark, settings.path(sink.table), sink.version)
+        for sink in entry.sinks:
+            seed_transaction(spark, settings.path(sink.table), sink, entry, plan.query_id)
+        faults.inject("restore.before_checkpoint")
+        install_checkpoint(job, manifest, entry, plan, replaced)
+        storage.delete(spark, marker)
+        details["reason"] = (
+            f"restored {what}"
+            + (f"; reset {', '.join(s.layer for s in downstream)}" if downstream else "")
+            + "; the next pipeline run catches up"
+        )
+        return "succeeded", details
+
+
+def reset_stream(job: Maintenance, stream: StreamSpec, replaced: str) -> None:
+    """Move ``stream``'s checkpoint aside and empty its tables: it rebuilds from its source."""
+    spark, settings = job.spark, job.settings
+    checkpoint = settings.path(stream.checkpoint)
+    if storage.exists(spark, checkpoint):
+        storage.rename(spark, checkpoint, f"{replaced}/{stream.checkpoint}")
+    for table in stream.targets:
+        location = settings.path(table)
+        if is_delta_table(spark, location):
+            spark.sql(f"DELETE FROM {quote_path(location)}")
+    log.info("reset %s: checkpoint moved to %s, tables emptied", stream.layer, replaced)
+
+
+def restore_table(spark: SparkSession, location: str, to_version: int) -> None:
+    if table_state(spark, location).version != to_version:
+        spark.sql(f"RESTORE TABLE {quote_path(location)} TO VERSION AS OF {to_version}")
+
+
+def seed_transaction(
+    spark: SparkSession, location: str, sink: SinkState, entry: StreamBackup, query_id: str
+) -> None:
+    """Record for the new query id a batch the table held at backup time but the checkpoint
+    had not committed (``T == C + 1``), so its replay is skipped as it would have been."""
+    committed = -1 if entry.last_commit is None else entry.last_commit
+    if sink.txn_version is None or sink.txn_version <= committed:
+        return
+    # An empty append is the one public way to commit a transaction id alone.
+    empty_df = spark.read.format("delta").load(location).limit(0)
+    (
+        empty_df.write.format("delta")
+        .mode("append")
+        .option("txnAppId", query_id)
+        .option("txnVersion", sink.txn_version)
+        .save(location)
+    )
+
+
+def install_checkpoint(
+    job: Maintenance,
+    manifest: BackupManifest,
+    entry: StreamBackup,
+    plan: RestorePlan,
+    replaced: str,
+) -> None:
+    """Put the backup's copy in place of the live checkpoint, under the new query id."""
+    spark, settings = job.spark, job.settings
+    live = settings.path(entry.checkpoint)
+    current = storage.read_text(spark, f"{live}/metadata")
+    if current is not None and parse_query_id(current) == plan.query_id:
+        return  # installed by an earlier attempt of this restore
+    staged = settings.path(
+        f"{backups_root(manifest.pipeline)}/staging/{plan.restore_id}/{entry.checkpoint}"
+    )
+    if not storage.exists(spark, staged):
+        copy = settings.path(
+            f"{backup_dir(manifest.pipeline, manifest.backup_id)}/{entry.checkpoint}"
+        )
+        storage.copy_tree(spark, copy, staged)
+    storage.write_text(
+        spark, f"{staged}/metadata", json.dumps({"id": plan.query_id}), overwrite=True
+    )
+    if storage.exists(spark, live):
+        storage.rename(spark, live, f"{replaced}/{entry.checkpoint}")
+    storage.rename(spark, staged, live)
+    storage.delete(
+        spark, settings.path(f"{backups_root(manifest.pipeline)}/staging/{plan.restore_id}")
+    )

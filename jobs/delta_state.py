@@ -1,0 +1,130 @@
+"""What maintenance reads from a Delta table: its snapshot's files, transaction ids, history.
+
+SQL covers history and time travel. The per-file view of a snapshot, the table id and the
+transaction ids of streaming writers are only reachable through Delta's ``DeltaLog`` on the
+JVM; this module is the one place that touches it, so a Delta upgrade that moves it breaks
+here and nowhere else. Commit files themselves (``_delta_log/<version>.json``) follow the
+public Delta protocol and are read as JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import unquote
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs import storage
+from jobs.tables import quote_path
+
+# The parts of a commit file maintenance needs (Delta protocol: add, remove, cdc actions).
+_COMMIT_SCHEMA = (
+    "add STRUCT<path: STRING, partitionValues: MAP<STRING, STRING>, size: BIGINT, "
+    "dataChange: BOOLEAN>, "
+    "remove STRUCT<path: STRING, size: BIGINT, dataChange: BOOLEAN>, "
+    "cdc STRUCT<path: STRING, size: BIGINT>"
+)
+
+
+@dataclass(frozen=True)
+class TableState:
+    """A table's latest snapshot: identity, version, properties, streaming txn versions."""
+
+    location: str
+    table_id: str
+    version: int
+    properties: dict[str, str]
+    txn_versions: dict[str, int]
+    jsnapshot: Any  # the JVM Snapshot, for files()
+
+    def files(self, spark: SparkSession) -> DataFrame:
+        """The snapshot's data files: ``path``, ``size``, ``partitionValues``."""
+        return DataFrame(self.jsnapshot.allFiles().toDF(), spark).select(
+            "path", "size", "partitionValues"
+        )
+
+
+def is_delta_table(spark: SparkSession, location: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, location))
+
+
+def table_state(spark: SparkSession, location: str) -> TableState:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
+    none = jvm.scala.Option.empty()
+    snapshot = delta_log.update(False, none, none)
+    to_java = jvm.scala.jdk.javaapi.CollectionConverters.asJava
+    metadata = snapshot.metadata()
+    return TableState(
+        location=location,
+        table_id=str(metadata.id()),
+        version=int(snapshot.version()),
+        properties={str(k): str(v) for k, v in to_java(metadata.configuration()).items()},
+        txn_versions={str(k): int(v) for k, v in to_java(snapshot.transactions()).items()},
+        jsnapshot=snapshot,
+    )
+
+
+@dataclass(frozen=True)
+class Commit:
+    version: int
+    committed_at: datetime
+    operation: str
+    metrics: dict[str, str]
+
+
+def history(spark: SparkSession, location: str) -> dict[int, Commit]:
+    """Every commit the log still holds, by version (times in UTC)."""
+    rows = (
+        spark.sql(f"DESCRIBE HISTORY {quote_path(location)}")
+        # As epoch microseconds: collected timestamps would be in the driver's local zone.
+        .select(
+            "version", F.unix_micros("timestamp").alias("micros"), "operation", "operationMetrics"
+        )
+        .collect()
+    )
+    return {
+        int(r["version"]): Commit(
+            int(r["version"]),
+            datetime.fromtimestamp(r["micros"] / 1e6, UTC),
+            str(r["operation"]),
+            dict(r["operationMetrics"] or {}),
+        )
+        for r in rows
+    }
+
+
+def commit_files(location: str, versions: Sequence[int]) -> list[str]:
+    return [f"{location}/_delta_log/{v:020d}.json" for v in versions]
+
+
+def logged_versions(spark: SparkSession, location: str) -> set[int]:
+    """Versions whose JSON commit file is still in ``_delta_log``."""
+    return {
+        int(name[:-5])
+        for name in storage.list_names(spark, f"{location}/_delta_log")
+        if name.endswith(".json") and name[:-5].isdigit()
+    }
+
+
+def commit_actions(spark: SparkSession, location: str, versions: Sequence[int]) -> DataFrame:
+    """The add, remove and cdc actions of the commits ``versions`` (which must exist)."""
+    return spark.read.schema(_COMMIT_SCHEMA).json(commit_files(location, versions))
+
+
+def absolute(location: str, path: str) -> str:
+    """A path from the log (relative and URL-encoded, or absolute) as a location."""
+    if "://" in path or path.startswith("/"):
+        return path
+    return f"{location.rstrip('/')}/{unquote(path)}"
+
+
+def missing_files(spark: SparkSession, paths: Sequence[str]) -> list[str]:
+    return [p for p in paths if not storage.exists(spark, p)]
