@@ -127,6 +127,28 @@ PARAMS = {
         ),
         section="Recovery",
     ),
+    "kafka_replay_from": Param(
+        None,
+        type=["null", "string"],
+        format="date-time",
+        pattern=ISO_WITH_ZONE_PATTERN,
+        title="Replay Kafka from (inclusive)",
+        description=(
+            "Kafka source only: bronze re-reads the records whose Kafka timestamp is in "
+            "[from, to) and adds the ones it is missing (none twice). Refused when the brokers "
+            "no longer hold the start of that range. Any mode; bronze must run."
+        ),
+        section="Kafka replay",
+    ),
+    "kafka_replay_to": Param(
+        None,
+        type=["null", "string"],
+        format="date-time",
+        pattern=ISO_WITH_ZONE_PATTERN,
+        title="Replay Kafka to (exclusive)",
+        description="End of the Kafka replay range, ISO-8601 with zone.",
+        section="Kafka replay",
+    ),
     "dry_run": Param(
         False,
         type="boolean",

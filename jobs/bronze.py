@@ -14,12 +14,18 @@ parsed away: the record's text is kept as is (invalid UTF-8 keeps its bytes too)
   into micro-batches. Before the query starts, ``lakehouse.kafka.check_offsets`` compares the
   checkpoint with the brokers; records that aged out unread stop the run with
   ``KafkaOffsetsLost`` (as does Spark's own ``failOnDataLoss``, should they age out later).
+* Kafka replay (params ``kafka_replay_from``/``kafka_replay_to``): after the stream has caught
+  up, the records whose Kafka timestamp is in the range and that the stream has already read
+  are read again as a batch and MERGEd into bronze on (topic, partition, offset): only the
+  missing ones are added, and the streaming checkpoint is never moved. A range the brokers
+  may no longer hold is refused with ``KafkaReplayUnavailable`` before anything is written.
 
 Run by ``spark-submit jobs/bronze.py --pipeline orders``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -29,12 +35,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs import storage
-from jobs.delta_writes import rows_written_since, table_version
+from jobs.delta_writes import last_commit_metrics, rows_written_since, table_version
 from jobs.runtime import JobContext, StreamResult, run_job, run_stream
 from jobs.tables import ensure_table
 from jobs.transforms import filter_not_blank, with_kafka_lineage, with_raw_record
 from lakehouse import kafka
-from lakehouse.errors import ConfigurationError
+from lakehouse.errors import ConfigurationError, InvalidRunParams
 from lakehouse.pipelines import BRONZE_SCHEMA
 from lakehouse.specs import schema_fields
 
@@ -111,6 +117,92 @@ def to_bronze(records_df: DataFrame) -> DataFrame:
     )
 
 
+def plan_kafka_replay(ctx: JobContext) -> list[kafka.ReplayRange]:
+    """The replay's offset ranges, as far as the stream has read; ``KafkaReplayUnavailable``
+    if the brokers may no longer hold the start of the range."""
+    params = ctx.args.params
+    assert params.kafka_replay_from is not None and params.kafka_replay_to is not None
+    read_up_to = kafka.checkpoint_offsets(
+        lambda relative: storage.list_names(ctx.spark, f"{ctx.checkpoint}/{relative}"),
+        lambda relative: storage.read_text(ctx.spark, f"{ctx.checkpoint}/{relative}"),
+    )
+    return kafka.plan_replay(
+        kafka.KafkaAccess.for_job(ctx.settings),
+        kafka.subscription(ctx.pipeline, ctx.settings),
+        params.kafka_replay_from,
+        params.kafka_replay_to,
+        read_up_to,
+    )
+
+
+def replay_kafka(ctx: JobContext, location: str) -> dict[str, Any]:
+    """Add the records timestamped in the replay range that bronze is missing (see above)."""
+    from delta.tables import DeltaTable
+
+    params = ctx.args.params
+    assert params.kafka_replay_from is not None and params.kafka_replay_to is not None
+    access = kafka.KafkaAccess.for_job(ctx.settings)
+    ranges = plan_kafka_replay(ctx)
+    window = f"[{params.kafka_replay_from.isoformat()}, {params.kafka_replay_to.isoformat()})"
+    details: dict[str, Any] = {
+        "window": window,
+        "ranges": [r.describe() for r in ranges],
+        "records_read": 0,
+        "rows_added": 0,
+    }
+    if not ranges:
+        log.info("kafka replay %s: no record bronze has read is in that range", window)
+        return details
+    log.info(
+        "kafka replay %s: reading %d records again (%s)",
+        window,
+        sum(r.records for r in ranges),
+        ", ".join(details["ranges"]),
+    )
+    assign: dict[str, list[int]] = {}
+    for r in ranges:
+        assign.setdefault(r.topic, []).append(r.partition)
+    kafka_df = (
+        ctx.spark.read.format("kafka")
+        .options(**access.spark_options())
+        .option("assign", json.dumps(assign, sort_keys=True))
+        .option("startingOffsets", kafka.offsets_json(ranges, "start"))
+        .option("endingOffsets", kafka.offsets_json(ranges, "end"))
+        .option("failOnDataLoss", "true")
+        .load()
+    )
+    records_df = to_bronze(with_kafka_lineage(with_raw_record(kafka_df, strip_line_end=False)))
+    # The range's timestamps may not all fall inside the window (Kafka timestamps need not
+    # grow with offsets); the offsets are what was asked of the brokers, all of them count.
+    version_before = table_version(ctx.spark, location)
+    key = " AND ".join(f"t.{c} = s.{c}" for c in ("kafka_topic", "kafka_partition", "kafka_offset"))
+    try:
+        (
+            DeltaTable.forPath(ctx.spark, location)
+            .alias("t")
+            .merge(records_df.alias("s"), f"t.source = 'kafka' AND {key}")
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+    except Exception as exc:
+        lost = kafka.from_spark_error(str(exc))
+        if lost is None:
+            raise
+        raise lost from None
+    details["records_read"] = sum(r.records for r in ranges)
+    if table_version(ctx.spark, location) != version_before:  # a MERGE that adds nothing
+        metrics = last_commit_metrics(ctx.spark, location)  # commits nothing
+        details["records_read"] = int(metrics.get("numSourceRows", details["records_read"]))
+        details["rows_added"] = int(metrics.get("numTargetRowsInserted", 0))
+    log.info(
+        "kafka replay %s: %d records read, %d were missing from bronze and were added",
+        window,
+        details["records_read"],
+        details["rows_added"],
+    )
+    return details
+
+
 def read_source(ctx: JobContext) -> tuple[DataFrame, dict[str, Any]]:
     """The source's records and what was learnt about it before the query (for the log)."""
     source = ctx.settings.orders_source
@@ -123,6 +215,14 @@ def read_source(ctx: JobContext) -> tuple[DataFrame, dict[str, Any]]:
 
 def body(ctx: JobContext) -> StreamResult:
     target = ctx.pipeline.table(ctx.stream.targets[0])
+    replay = ctx.args.params.kafka_replay_from is not None
+    if replay and ctx.settings.orders_source != "kafka":
+        raise InvalidRunParams(
+            "Refused to run: a Kafka replay needs the Kafka source "
+            f"(LAKEHOUSE_ORDERS_SOURCE=kafka, not {ctx.settings.orders_source})."
+        )
+    if replay:
+        plan_kafka_replay(ctx)  # refuses before the stream writes anything
     # The source first: a refusal of its pre-flight check leaves no trace, not even a table.
     records_df, details = read_source(ctx)
     location = ensure_table(ctx.spark, ctx.settings, target)
@@ -154,6 +254,9 @@ def body(ctx: JobContext) -> StreamResult:
         raise lost from None
     result.rows_out = rows_written_since(ctx.spark, location, version_before, ("STREAMING UPDATE",))
     result.details.update(details)
+    if replay:
+        result.details["kafka_replay"] = replay_kafka(ctx, location)
+        result.rows_out += result.details["kafka_replay"]["rows_added"]
     return result
 
 

@@ -77,6 +77,8 @@ def parse_args(argv: Sequence[str], layer: str) -> JobArgs:
     parser.add_argument("--reprocess-to", help="reprocess window end (exclusive)")
     parser.add_argument("--max-files-per-trigger", type=int)
     parser.add_argument("--max-offsets-per-trigger", type=int)
+    parser.add_argument("--kafka-replay-from", help="Kafka replay: first record timestamp")
+    parser.add_argument("--kafka-replay-to", help="Kafka replay: end timestamp (exclusive)")
     parser.add_argument(
         "--accept-data-loss",
         action="store_true",
@@ -96,6 +98,8 @@ def parse_args(argv: Sequence[str], layer: str) -> JobArgs:
                 "max_files_per_trigger": ns.max_files_per_trigger,
                 "max_offsets_per_trigger": ns.max_offsets_per_trigger,
                 "accept_data_loss": ns.accept_data_loss,
+                "kafka_replay_from": ns.kafka_replay_from,
+                "kafka_replay_to": ns.kafka_replay_to,
             }
         ),
     )

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -28,11 +29,14 @@ from lakehouse import kafka
 from lakehouse.errors import (
     CheckpointInconsistent,
     ConfigurationError,
+    InvalidRunParams,
+    KafkaReplayUnavailable,
 )
 from lakehouse.kafka import KafkaAccess, Watermarks
 from lakehouse.local import kafka_dev
 from lakehouse.local.env import subprocess_env
 from lakehouse.local.services import KafkaPorts
+from lakehouse.params import RunParams
 from lakehouse.pipelines import ORDERS
 from lakehouse.sample_data import OrderEventGenerator
 from lakehouse.settings import Settings
@@ -256,6 +260,127 @@ def test_two_topics_a_pattern_and_what_appears_later(kafka_lake: KafkaLake) -> N
         by_pattern.rows("bronze/orders_events", ["kafka_topic", "kafka_partition", "kafka_offset"])
     )
     assert lineage == offsets({0: 8, 1: 2, 2: 2}, a) + offsets({0: 3}, b) + offsets({0: 2}, c)
+
+
+def test_a_kafka_replay_adds_only_what_bronze_misses_and_refuses_a_range_that_is_gone(
+    kafka_lake: KafkaLake,
+) -> None:
+    lake = kafka_lake.lake
+    kafka_lake.create(partitions=2)
+    generator = OrderEventGenerator(seed=53)
+    # Three deliveries, their Kafka timestamps (producer time) apart: the middle one is
+    # replayed later. Batches are split by the clock, so pause around each boundary.
+    deliveries = [generator.batch(15) for _ in range(3)]
+    bounds = []
+    for i, lines in enumerate(deliveries):
+        if i:
+            time.sleep(0.05)
+            bounds.append(datetime.now(UTC))
+            time.sleep(0.05)
+        kafka_lake.produce(keyed(lines))
+    delivered = [line for lines in deliveries for line in lines]
+    assert lake.run("bronze") == 0
+    complete = kafka_lake.lineage()
+    assert sum(complete.values()) == len(delivered)
+
+    # Rows of the middle delivery go missing from bronze (a bad manual fix, say).
+    bronze = lake.settings.path("bronze/orders_events")
+    start, end = (b.isoformat() for b in bounds)
+    window = f"kafka_timestamp >= '{start}' AND kafka_timestamp < '{end}'"
+    lake.spark.sql(f"DELETE FROM delta.`{bronze}` WHERE {window}")
+    assert sum(kafka_lake.lineage().values()) == len(delivered) - len(deliveries[1])
+
+    replay = (
+        "--kafka-replay-from",
+        bounds[0].isoformat(),
+        "--kafka-replay-to",
+        bounds[1].isoformat(),
+    )
+    assert lake.run("bronze", *replay) == 0
+    assert kafka_lake.lineage() == complete, "each offset exactly once again"
+    details = json.loads(kafka_lake.run_log("details")[-1][0])["kafka_replay"]
+    middle = len(deliveries[1])
+    assert (details["records_read"], details["rows_added"]) == (middle, middle)
+
+    # Again: the range is read, nothing is added.
+    assert lake.run("bronze", *replay) == 0
+    assert kafka_lake.lineage() == complete
+    details = json.loads(kafka_lake.run_log("details")[-1][0])["kafka_replay"]
+    assert (details["records_read"], details["rows_added"]) == (middle, 0)
+    for layer in ("silver", "gold"):
+        assert lake.run(layer) == 0
+    assert lake.contract_view() == comparable(expected_tables(delivered))
+
+    # The partitions age out; a replay that starts before what is left is refused up front.
+    kafka_dev.alter_topic_config(kafka_lake.bootstrap, kafka_lake.topic, {"retention.ms": "100"})
+    latest = kafka_dev.latest_offsets(kafka_lake.bootstrap, kafka_lake.topic)
+    deadline = time.monotonic() + 60
+    while kafka_dev.earliest_offsets(kafka_lake.bootstrap, kafka_lake.topic) != latest:
+        assert time.monotonic() < deadline, "the broker did not delete the old records"
+        time.sleep(0.25)
+    week_ms = str(7 * 24 * 3600 * 1000)
+    kafka_dev.alter_topic_config(kafka_lake.bootstrap, kafka_lake.topic, {"retention.ms": week_ms})
+    kafka_lake.produce([(b"late", b'{"n": 1}', 0)])
+    version = lake.version("bronze/orders_events")
+    assert lake.run("bronze", *replay) == 2
+    error = [e for (e,) in kafka_lake.run_log("error") if e][-1]
+    assert error.startswith(
+        f"KafkaReplayUnavailable: Refused to replay: {kafka_lake.topic}[0] no longer holds "
+        f"offsets 0..{latest[0] - 1}, and records from {bounds[0].isoformat()} may have been"
+    ), error
+    assert lake.version("bronze/orders_events") == version, "refused before the stream ran"
+
+
+def test_a_kafka_replay_is_checked_before_it_runs(lake: Lake) -> None:
+    replay = {"kafka_replay_from": "2026-11-02T00:00:00Z", "kafka_replay_to": "2026-11-03T00:00Z"}
+    assert RunParams.parse(replay).job_args("bronze")[-4:] == [
+        "--kafka-replay-from", "2026-11-02T00:00:00+00:00",
+        "--kafka-replay-to", "2026-11-03T00:00:00+00:00",
+    ]  # fmt: skip
+    assert "--kafka-replay-from" not in RunParams.parse(replay).job_args("silver")
+    for bad, problem in (
+        ({"kafka_replay_from": "2026-11-02T00:00:00Z"}, "needs both"),
+        (
+            {**replay, "kafka_replay_to": "2026-11-01T00:00:00Z"},
+            "ends (2026-11-01T00:00:00+00:00) before",
+        ),
+        ({**replay, "layers": ["silver", "gold"]}, "include bronze in layers"),
+        ({**replay, "kafka_replay_to": "../etc"}, "not an ISO-8601 time"),
+    ):
+        with pytest.raises(InvalidRunParams, match=re.escape(problem)):
+            RunParams.parse(bad)
+    # The files source has no replay: refused by the job before anything is written.
+    assert lake.run("bronze", "--kafka-replay-from", "2026-11-02T00:00:00Z",
+                    "--kafka-replay-to", "2026-11-03T00:00:00Z") == 2  # fmt: skip
+    (error,) = lake.rows("ops/run_log", ["error"])
+    assert error[0].startswith("InvalidRunParams: Refused to run: a Kafka replay needs the Kafka")
+
+
+def test_a_replay_plan_stays_below_the_checkpoint_and_refuses_what_may_be_gone() -> None:
+    start = datetime(2026, 11, 2, tzinfo=UTC)
+    brokers = {
+        ("t", 0): Watermarks(0, 100),
+        ("t", 1): Watermarks(0, 50),
+        ("t", 2): Watermarks(0, 30),  # not read by the stream yet: the stream's
+        ("t", 3): Watermarks(0, 10),  # no record in the range
+    }
+    first = {("t", 0): 20, ("t", 1): 40, ("t", 2): 0, ("t", 3): -1}
+    after = {("t", 0): 60, ("t", 1): -1, ("t", 2): 10, ("t", 3): -1}
+    read = {("t", 0): 80, ("t", 1): 45, ("t", 3): 10}
+    assert kafka.replay_plan(brokers, first, after, read, start) == [
+        kafka.ReplayRange("t", 0, 20, 60),
+        kafka.ReplayRange("t", 1, 40, 45),  # 45..49 are the next stream run's
+    ]
+    aged = {**brokers, ("t", 0): Watermarks(20, 100)}  # 0..19 are gone: they may be in range
+    with pytest.raises(KafkaReplayUnavailable, match=r"t\[0\] no longer holds offsets 0..19"):
+        kafka.replay_plan(aged, first, after, read, start)
+    later = {**first, ("t", 0): 21}  # offset 20 is older than the range: nothing is missing
+    assert kafka.replay_plan(aged, later, after, read, start)[0] == kafka.ReplayRange(
+        "t", 0, 21, 60
+    )
+    assert kafka.offsets_json(kafka.replay_plan(brokers, first, after, read, start), "end") == (
+        '{"t": {"0": 60, "1": 45}}'
+    )
 
 
 def test_a_missing_topic_a_dead_broker_or_a_bad_login_stops_bronze_with_a_named_error(

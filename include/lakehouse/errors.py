@@ -110,6 +110,15 @@ class KafkaOffsetsLost(LakehouseError):
     )
 
 
+class KafkaReplayUnavailable(LakehouseError):
+    """A Kafka replay asked for records the brokers may no longer hold."""
+
+    hint = (
+        "Nothing was written. Start the replay later (at or after the timestamp the message "
+        "gives), or have the producers re-send the records of that range."
+    )
+
+
 class KafkaAuthenticationFailed(LakehouseError):
     hint = (
         "Fix the login, password or sasl_mechanism of the Airflow connection lakehouse_kafka "

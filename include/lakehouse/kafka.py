@@ -31,6 +31,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from lakehouse.errors import (
     ConfigurationError,
     KafkaAuthenticationFailed,
     KafkaOffsetsLost,
+    KafkaReplayUnavailable,
     KafkaTopicNotFound,
     SourceUnavailable,
 )
@@ -521,6 +523,114 @@ def check_offsets(
     if not brokers:
         log.warning("no partition to read: no topic matches %s", topics.describe())
     return report
+
+
+# ----------------------------------------------------------------------------- replay
+
+
+@dataclass(frozen=True)
+class ReplayRange:
+    """Offsets ``[start, end)`` of one partition that a replay reads again."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def records(self) -> int:
+        return self.end - self.start
+
+    def describe(self) -> str:
+        return f"{self.topic}[{self.partition}] {self.start}..{self.end - 1}"
+
+
+def timestamp_offsets(
+    access: KafkaAccess,
+    partitions: list[TopicPartition],
+    instant: datetime,
+    timeout_s: float = BROKER_TIMEOUT_S,
+) -> dict[TopicPartition, int]:
+    """Per partition, the first offset whose Kafka timestamp is at or after ``instant``;
+    -1 where no record is that recent."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka import TopicPartition as KafkaPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    if not partitions:
+        return {}
+    admin = AdminClient({**access.client_config(), "log_level": 0})
+    spec = OffsetSpec.for_timestamp(int(instant.timestamp() * 1000))
+    requests = {KafkaPartition(topic, partition): spec for topic, partition in partitions}
+    try:
+        found = admin.list_offsets(requests, request_timeout=timeout_s)
+        return {(p.topic, p.partition): found[p].result(timeout=timeout_s).offset for p in found}
+    except KafkaException as exc:
+        raise SourceUnavailable(
+            f"Kafka at {access.bootstrap_servers} did not give offsets by time: "
+            f"{_kafka_error_text(exc)}."
+        ) from None
+
+
+def replay_plan(
+    brokers: dict[TopicPartition, Watermarks],
+    first: dict[TopicPartition, int],
+    after: dict[TopicPartition, int],
+    read_up_to: dict[TopicPartition, int] | None,
+    start: datetime,
+) -> list[ReplayRange]:
+    """What a replay of ``[start, end)`` reads, from the brokers' offsets by time (``first``:
+    at ``start``, ``after``: at the end; -1 is "none that recent").
+
+    Only offsets the stream has already read (below ``read_up_to``, its checkpoint) are
+    replayed: whatever comes after is the stream's, so no record can land twice. Raises
+    ``KafkaReplayUnavailable`` for a partition whose records before the earliest it still
+    holds may have had timestamps in the range (timestamps are taken as growing with offsets).
+    """
+    ranges: list[ReplayRange] = []
+    gone: list[str] = []
+    for tp, marks in sorted(brokers.items()):
+        read = (read_up_to or {}).get(tp, 0)
+        if read <= 0:
+            continue  # bronze has read nothing of it yet: all of it is the stream's
+        begin = marks.latest if first.get(tp, -1) < 0 else first[tp]
+        end = min(marks.latest if after.get(tp, -1) < 0 else after[tp], read)
+        if marks.earliest > 0 and begin <= marks.earliest:
+            gone.append(
+                f"{tp[0]}[{tp[1]}] no longer holds offsets 0..{marks.earliest - 1}, and records "
+                f"from {start.isoformat()} may have been among them"
+            )
+        elif begin < end:
+            ranges.append(ReplayRange(tp[0], tp[1], begin, end))
+    for tp in sorted(set(read_up_to or {}) - set(brokers)):
+        gone.append(f"{tp[0]}[{tp[1]}] is gone from the brokers")
+    if gone:
+        raise KafkaReplayUnavailable("Refused to replay: " + "; ".join(gone) + ".")
+    return ranges
+
+
+def plan_replay(
+    access: KafkaAccess,
+    topics: KafkaSubscription,
+    start: datetime,
+    end: datetime,
+    read_up_to: dict[TopicPartition, int] | None,
+) -> list[ReplayRange]:
+    """The offset ranges of the records timestamped in ``[start, end)`` that the stream has
+    read, after checking that the brokers still hold all of them (see ``replay_plan``)."""
+    brokers = broker_offsets(access, topics)
+    partitions = sorted(brokers)
+    first = timestamp_offsets(access, partitions, start)
+    after = timestamp_offsets(access, partitions, end)
+    return replay_plan(brokers, first, after, read_up_to, start)
+
+
+def offsets_json(ranges: list[ReplayRange], bound: str) -> str:
+    """Spark's ``startingOffsets``/``endingOffsets`` JSON for ``ranges`` (bound start|end)."""
+    data: dict[str, dict[str, int]] = {}
+    for r in ranges:
+        data.setdefault(r.topic, {})[str(r.partition)] = getattr(r, bound)
+    return json.dumps(data, sort_keys=True)
 
 
 # Spark's KAFKA_DATA_LOSS message (its error class is not in the text the driver sees).

@@ -71,6 +71,25 @@ def _window(
     return start, end
 
 
+def _replay(
+    raw: Mapping[str, Any], layers: tuple[str, ...], problems: list[str]
+) -> tuple[datetime | None, datetime | None]:
+    start = parse_instant("kafka_replay_from", raw.get("kafka_replay_from"), problems)
+    end = parse_instant("kafka_replay_to", raw.get("kafka_replay_to"), problems)
+    given = [raw.get("kafka_replay_from"), raw.get("kafka_replay_to")]
+    if not any(given):
+        return None, None
+    if not all(given):
+        problems.append("a Kafka replay needs both kafka_replay_from and kafka_replay_to")
+    elif start is not None and end is not None and end <= start:
+        problems.append(
+            f"the Kafka replay ends ({end.isoformat()}) before it starts ({start.isoformat()})"
+        )
+    if "bronze" not in layers:
+        problems.append("a Kafka replay runs in bronze: include bronze in layers")
+    return start, end
+
+
 def _layers(mode: str, value: Any, problems: list[str]) -> tuple[str, ...]:
     if value is None:
         return LAYERS
@@ -97,6 +116,8 @@ class RunParams:
     max_files_per_trigger: int | None = None
     max_offsets_per_trigger: int | None = None
     accept_data_loss: bool = False
+    kafka_replay_from: datetime | None = None
+    kafka_replay_to: datetime | None = None
     dry_run: bool = False
 
     @classmethod
@@ -110,6 +131,7 @@ class RunParams:
             problems.append(f"mode={mode!r} is not one of {', '.join(MODES)}")
         start, end = _window(mode, raw, problems)
         layers = _layers(mode, raw.get("layers"), problems)
+        replay_from, replay_to = _replay(raw, layers, problems)
         dry_run = raw.get("dry_run", False)
         if not isinstance(dry_run, bool):
             problems.append(f"dry_run={dry_run!r} is not true or false")
@@ -138,6 +160,8 @@ class RunParams:
             max_files_per_trigger=max_files,
             max_offsets_per_trigger=max_offsets,
             accept_data_loss=bool(accept_data_loss),
+            kafka_replay_from=replay_from,
+            kafka_replay_to=replay_to,
             dry_run=bool(dry_run),
         )
 
@@ -180,6 +204,9 @@ class RunParams:
             args += ["--max-offsets-per-trigger", str(self.max_offsets_per_trigger)]
         if layer == "bronze" and self.accept_data_loss:
             args += ["--accept-data-loss"]
+        if layer == "bronze" and self.kafka_replay_from and self.kafka_replay_to:
+            args += ["--kafka-replay-from", self.kafka_replay_from.isoformat()]
+            args += ["--kafka-replay-to", self.kafka_replay_to.isoformat()]
         return args
 
     def describe(self) -> str:
@@ -192,4 +219,10 @@ class RunParams:
             "full_refresh": "rebuild silver and gold from all of bronze",
         }[self.mode]
         loss = "; going on past Kafka records that are gone" if self.accept_data_loss else ""
-        return f"{self.mode}: {what}; layers {', '.join(self.layers)}{loss}"
+        replay = (
+            f"; bronze replays the Kafka records timestamped in [{self.kafka_replay_from}, "
+            f"{self.kafka_replay_to}) that it is missing"
+            if self.kafka_replay_from
+            else ""
+        )
+        return f"{self.mode}: {what}; layers {', '.join(self.layers)}{loss}{replay}"

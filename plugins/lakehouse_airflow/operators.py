@@ -64,6 +64,7 @@ _NO_RETRY = {
         errors.LakehouseRootNotWritable,
         errors.CheckpointInconsistent,
         errors.KafkaOffsetsLost,
+        errors.KafkaReplayUnavailable,
         errors.KafkaTopicNotFound,
         errors.KafkaAuthenticationFailed,
         errors.RetentionBelowFloor,
