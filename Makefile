@@ -11,6 +11,7 @@ STAMP := $(VENV)/.installed
 SOURCE ?= file
 PYTEST_ARGS ?=
 CHROMIUM ?= /usr/bin/chromium
+GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
 
 export LAKEHOUSE_HOME := $(CURDIR)
 
@@ -74,6 +75,11 @@ kafka-up: setup ## Start a local Kafka broker (KRaft) on 127.0.0.1:9092, SASL on
 .PHONY: kafka-down
 kafka-down: ## Stop the local Kafka broker
 	@[ ! -x $(PY) ] || $(PY) -m lakehouse.local.services down kafka
+
+.PHONY: compose-check
+compose-check: ## Validate docker-compose.yaml and docker/Dockerfile without Docker (needs Go)
+	@[ -x "$(GO)" ] || { echo "Go 1.26+ is required for compose-check (https://go.dev/dl, or the golang package)"; exit 1; }
+	@cd tools/composecheck && $(GO) run . ../../docker-compose.yaml
 
 .PHONY: lock
 lock: ## Re-pin requirements.txt from requirements.in in a scratch venv
