@@ -75,7 +75,7 @@ type ref struct {
 type service struct {
 	Image       string                `json:"image,omitempty"`
 	Build       *build                `json:"build,omitempty"`
-	Entrypoint  []string              `json:"entrypoint,omitempty"`
+	Entrypoint  []string              `json:"entrypoint"`
 	Command     []string              `json:"command"`
 	Ports       []port                `json:"ports"`
 	DependsOn   map[string]dependency `json:"depends_on"`
@@ -199,6 +199,7 @@ func check(ctx context.Context, file string, osEnv bool) (*summary, error) {
 		Networks:    sortedKeys(project.Networks),
 		Volumes:     sortedKeys(project.Volumes),
 		Variables:   variables(raw, project.Environment),
+		Dockerfiles: []dockerfile{},
 		Problems:    []string{},
 	}
 	for _, v := range out.Variables {
@@ -260,7 +261,7 @@ func summarize(dir, name string, s types.ServiceConfig, raw map[string]string,
 ) service {
 	svc := service{
 		Image:       s.Image,
-		Entrypoint:  s.Entrypoint,
+		Entrypoint:  append([]string{}, s.Entrypoint...),
 		Command:     append([]string{}, s.Command...),
 		Ports:       []port{},
 		DependsOn:   map[string]dependency{},
@@ -371,7 +372,7 @@ func secretParts(name, raw string) (secret, literal bool) {
 
 // --- references to services ------------------------------------------------------------
 
-var hostToken = regexp.MustCompile(`(?:([a-z][a-z0-9+.-]*)://)?([A-Za-z0-9_.-]+)(?::(\d{1,5}))?`)
+var hostToken = regexp.MustCompile(`(?:([A-Za-z][A-Za-z0-9+.-]*)://)?([A-Za-z0-9_.-]+)(?::(\d{1,5}))?`)
 
 func serviceRefs(value string, all types.Services) []ref {
 	var refs []ref
