@@ -93,6 +93,9 @@ def airflow_server(home: Path, logs: Path, **env_overrides: str) -> Iterator[Air
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{PORT}",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{PORT}/execution/",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            # Only the DAG under test is scheduled: a maintenance run would compete for the
+            # CPU and the table locks (a test that wants it passes its own schedule).
+            "LAKEHOUSE_MAINTENANCE_SCHEDULE": "none",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             **env_overrides,

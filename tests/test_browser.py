@@ -15,6 +15,7 @@ import time
 import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -151,7 +152,8 @@ def test_reprocess_from_the_trigger_form_and_a_backfill(
     assert server.wait_for_run("orders_pipeline", run["dag_run_id"]) == "success"
     assert lake.contract_view() == expected
 
-    # 2. Airflow's own backfill: each run re-derives its data interval (here one day).
+    # 2. Airflow's own backfill: each run re-derives its data interval (here one day); the
+    #    params it is given (here: skip bronze, which has nothing new) are kept.
     corrupt_day(lake, "2026-11-03", "2026-11-04")
     backfill = server.api(
         "POST",
@@ -162,6 +164,7 @@ def test_reprocess_from_the_trigger_form_and_a_backfill(
             "to_date": "2026-11-03T00:00:00Z",
             "max_active_runs": 1,
             "reprocess_behavior": "completed",
+            "dag_run_conf": {"layers": ["silver", "gold"]},
         },
     )
     deadline = time.monotonic() + 900
@@ -175,6 +178,19 @@ def test_reprocess_from_the_trigger_form_and_a_backfill(
     assert [r["state"] for r in backfill_runs] == ["success"], backfill
     interval = (backfill_runs[0]["data_interval_start"], backfill_runs[0]["data_interval_end"])
     assert interval[0].startswith("2026-11-03T00:00:00") and interval[1].startswith("2026-11-04")
+    states = {
+        t["task_id"]: t["state"]
+        for t in server.api(
+            "GET",
+            f"/dags/orders_pipeline/dagRuns/{quote(backfill_runs[0]['dag_run_id'])}/taskInstances",
+        )["task_instances"]
+    }
+    assert states == {
+        "plan": "success",
+        "bronze": "skipped",
+        "silver": "success",
+        "gold": "success",
+    }
     assert lake.contract_view() == expected
 
     # 3. Bad params never become a run, and change nothing.

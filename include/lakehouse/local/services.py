@@ -138,6 +138,12 @@ def _stop(settings: Settings, name: str, timeout_s: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
+            # Reap it if this process started it: a zombie would still answer kill(pid, 0).
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                break
+        except ChildProcessError:
+            pass  # started by another process (`make spark-up`)
+        try:
             os.kill(pid, 0)
         except ProcessLookupError:
             break
