@@ -16,13 +16,29 @@ from lakehouse.settings import Settings
 def _rows(
     settings: Settings, table: str, columns: list[str] | None = None
 ) -> list[dict[str, Any]] | None:
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        return DeltaTable(settings.path(table)).to_pyarrow_table(columns=columns).to_pylist()
+        return read_rows(settings.path(table), columns)
     except TableNotFoundError:
         return None
+
+
+def read_rows(
+    location: str, columns: list[str] | None = None, version: int | None = None
+) -> list[dict[str, Any]]:
+    """A Delta table's rows through delta-rs's own query engine.
+
+    Not ``DeltaTable.to_pyarrow_table``: its pyarrow dataset scan leaves threads behind that
+    abort the interpreter at exit about half the time ("terminate called without an active
+    exception", delta-io/delta-rs#2184, apache/arrow#34314).
+    """
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
+    selected = ", ".join(f'"{c}"' for c in columns) if columns else "*"
+    query = QueryBuilder().register("t", DeltaTable(location, version=version))
+    return list(pa.table(query.execute(f"SELECT {selected} FROM t").read_all()).to_pylist())
 
 
 def render(settings: Settings, top: int = 5) -> str:
