@@ -25,9 +25,12 @@ TIMEOUT_S = 30.0
 
 
 def _config(where: str | KafkaAccess) -> dict[str, Any]:
+    # librdkafka's notices (a broker still loading, a queue purged at close) are retried or
+    # harmless; errors still show (3 = LOG_ERR), and failures raise below in any case.
+    quiet = {"log_level": 3}
     if isinstance(where, KafkaAccess):
-        return where.client_config()
-    return {"bootstrap.servers": where}
+        return {**where.client_config(), **quiet}
+    return {"bootstrap.servers": where, **quiet}
 
 
 def admin(where: str | KafkaAccess) -> AdminClient:
