@@ -35,7 +35,7 @@ setup: $(STAMP) ## Virtual environment, JVM jars and Airflow home (idempotent)
 	@$(PY) -m lakehouse.local.warmup
 
 .PHONY: env
-env: ## Print shell exports: eval "$$(make -s env)"
+env: ## Print shell exports: eval "$(make -s env)"
 	@[ -x $(PY) ] || { echo 'echo "run make setup first" >&2'; exit 0; }
 	@$(PY) -c "from lakehouse.local.env import project_env, shell_exports; from lakehouse.settings import Settings; print(shell_exports(project_env(Settings.from_env())))"
 
