@@ -57,6 +57,20 @@ SCHEDULE = (
     else None
 )
 
+
+def instant_param(title: str, description: str, *, section: str) -> Param:
+    """An optional point in time, ISO-8601 with a zone (the jobs check it again)."""
+    return Param(
+        None,
+        type=["null", "string"],
+        format="date-time",
+        pattern=ISO_WITH_ZONE_PATTERN,
+        title=title,
+        description=description,
+        section=section,
+    )
+
+
 PARAMS = {
     "mode": Param(
         "incremental",
@@ -70,22 +84,14 @@ PARAMS = {
         ),
         section="What to run",
     ),
-    "reprocess_from": Param(
-        None,
-        type=["null", "string"],
-        format="date-time",
-        pattern=ISO_WITH_ZONE_PATTERN,
-        title="Reprocess from (inclusive)",
-        description="For mode=reprocess: start of the event_ts window, ISO-8601 with zone.",
+    "reprocess_from": instant_param(
+        "Reprocess from (inclusive)",
+        "For mode=reprocess: start of the event_ts window, ISO-8601 with zone.",
         section="Reprocess window",
     ),
-    "reprocess_to": Param(
-        None,
-        type=["null", "string"],
-        format="date-time",
-        pattern=ISO_WITH_ZONE_PATTERN,
-        title="Reprocess to (exclusive)",
-        description="For mode=reprocess: end of the event_ts window, ISO-8601 with zone.",
+    "reprocess_to": instant_param(
+        "Reprocess to (exclusive)",
+        "For mode=reprocess: end of the event_ts window, ISO-8601 with zone.",
         section="Reprocess window",
     ),
     "layers": Param(
@@ -127,26 +133,18 @@ PARAMS = {
         ),
         section="Recovery",
     ),
-    "kafka_replay_from": Param(
-        None,
-        type=["null", "string"],
-        format="date-time",
-        pattern=ISO_WITH_ZONE_PATTERN,
-        title="Replay Kafka from (inclusive)",
-        description=(
+    "kafka_replay_from": instant_param(
+        "Replay Kafka from (inclusive)",
+        (
             "Kafka source only: bronze re-reads the records whose Kafka timestamp is in "
             "[from, to) and adds the ones it is missing (none twice). Refused when the brokers "
             "no longer hold the start of that range. Any mode; bronze must run."
         ),
         section="Kafka replay",
     ),
-    "kafka_replay_to": Param(
-        None,
-        type=["null", "string"],
-        format="date-time",
-        pattern=ISO_WITH_ZONE_PATTERN,
-        title="Replay Kafka to (exclusive)",
-        description="End of the Kafka replay range, ISO-8601 with zone.",
+    "kafka_replay_to": instant_param(
+        "Replay Kafka to (exclusive)",
+        "End of the Kafka replay range, ISO-8601 with zone.",
         section="Kafka replay",
     ),
     "dry_run": Param(

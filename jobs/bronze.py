@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs import storage
-from jobs.delta_writes import last_commit_metrics, rows_written_since, table_version
+from jobs.delta_writes import last_commit_metrics, match_on, rows_written_since, table_version
 from jobs.runtime import JobContext, StreamResult, run_job, run_stream
 from jobs.tables import ensure_table
 from jobs.transforms import filter_not_blank, with_kafka_lineage, with_raw_record
@@ -77,10 +77,7 @@ def read_kafka(ctx: JobContext) -> tuple[DataFrame, dict[str, Any]]:
     access = kafka.KafkaAccess.for_job(ctx.settings)
     topics = kafka.subscription(ctx.pipeline, ctx.settings)
     accept_loss = ctx.args.params.accept_data_loss
-    start = kafka.checkpoint_offsets(
-        lambda relative: storage.list_names(ctx.spark, f"{ctx.checkpoint}/{relative}"),
-        lambda relative: storage.read_text(ctx.spark, f"{ctx.checkpoint}/{relative}"),
-    )
+    start = checkpoint_offsets(ctx)
     report = kafka.check_offsets(access, topics, start, accept_data_loss=accept_loss)
     log.info(
         "kafka: %s on %s, %d partitions, %d records to read (checked in %.0f ms)",
@@ -117,21 +114,25 @@ def to_bronze(records_df: DataFrame) -> DataFrame:
     )
 
 
-def plan_kafka_replay(ctx: JobContext) -> list[kafka.ReplayRange]:
+def checkpoint_offsets(ctx: JobContext) -> dict[kafka.TopicPartition, int] | None:
+    """Where the Kafka stream resumes, read from its checkpoint with Spark's file system."""
+    return kafka.checkpoint_offsets(
+        lambda relative: storage.list_names(ctx.spark, f"{ctx.checkpoint}/{relative}"),
+        lambda relative: storage.read_text(ctx.spark, f"{ctx.checkpoint}/{relative}"),
+    )
+
+
+def plan_kafka_replay(ctx: JobContext, access: kafka.KafkaAccess) -> list[kafka.ReplayRange]:
     """The replay's offset ranges, as far as the stream has read; ``KafkaReplayUnavailable``
     if the brokers may no longer hold the start of the range."""
     params = ctx.args.params
     assert params.kafka_replay_from is not None and params.kafka_replay_to is not None
-    read_up_to = kafka.checkpoint_offsets(
-        lambda relative: storage.list_names(ctx.spark, f"{ctx.checkpoint}/{relative}"),
-        lambda relative: storage.read_text(ctx.spark, f"{ctx.checkpoint}/{relative}"),
-    )
     return kafka.plan_replay(
-        kafka.KafkaAccess.for_job(ctx.settings),
+        access,
         kafka.subscription(ctx.pipeline, ctx.settings),
         params.kafka_replay_from,
         params.kafka_replay_to,
-        read_up_to,
+        checkpoint_offsets(ctx),
     )
 
 
@@ -142,7 +143,7 @@ def replay_kafka(ctx: JobContext, location: str) -> dict[str, Any]:
     params = ctx.args.params
     assert params.kafka_replay_from is not None and params.kafka_replay_to is not None
     access = kafka.KafkaAccess.for_job(ctx.settings)
-    ranges = plan_kafka_replay(ctx)
+    ranges = plan_kafka_replay(ctx, access)
     window = f"[{params.kafka_replay_from.isoformat()}, {params.kafka_replay_to.isoformat()})"
     details: dict[str, Any] = {
         "window": window,
@@ -175,7 +176,7 @@ def replay_kafka(ctx: JobContext, location: str) -> dict[str, Any]:
     # The range's timestamps may not all fall inside the window (Kafka timestamps need not
     # grow with offsets); the offsets are what was asked of the brokers, all of them count.
     version_before = table_version(ctx.spark, location)
-    key = " AND ".join(f"t.{c} = s.{c}" for c in ("kafka_topic", "kafka_partition", "kafka_offset"))
+    key = match_on(("kafka_topic", "kafka_partition", "kafka_offset"))
     try:
         (
             DeltaTable.forPath(ctx.spark, location)
@@ -222,7 +223,8 @@ def body(ctx: JobContext) -> StreamResult:
             f"(LAKEHOUSE_ORDERS_SOURCE=kafka, not {ctx.settings.orders_source})."
         )
     if replay:
-        plan_kafka_replay(ctx)  # refuses before the stream writes anything
+        # Refuses before the stream writes anything.
+        plan_kafka_replay(ctx, kafka.KafkaAccess.for_job(ctx.settings))
     # The source first: a refusal of its pre-flight check leaves no trace, not even a table.
     records_df, details = read_source(ctx)
     location = ensure_table(ctx.spark, ctx.settings, target)

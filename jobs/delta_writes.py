@@ -8,7 +8,7 @@ Delta skips a write whose version is not above the one recorded, as its own stre
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -42,6 +42,13 @@ def dml_transaction(spark: SparkSession, app_id: str, batch_id: int) -> Iterator
     finally:
         spark.conf.unset(_TXN_APP_ID)
         spark.conf.unset(_TXN_VERSION)
+
+
+def match_on(columns: Sequence[str], *, null_safe: bool = False) -> str:
+    """A MERGE condition (target ``t``, source ``s``) equating ``columns``; ``null_safe``
+    treats two nulls as equal (``<=>``)."""
+    op = "<=>" if null_safe else "="
+    return " AND ".join(f"t.{c} {op} s.{c}" for c in columns)
 
 
 def last_commit_metrics(spark: SparkSession, location: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs import faults
-from jobs.delta_writes import dml_transaction, last_commit_metrics
+from jobs.delta_writes import dml_transaction, last_commit_metrics, match_on
 from jobs.runtime import JobContext, StreamResult, checkpoint_query_id, run_job, run_stream
 from jobs.tables import ensure_table
 from jobs.transforms import GOLD_TRANSFORMS, GoldTransform
@@ -51,7 +51,7 @@ def make_batch_writer(
     transform = GOLD_TRANSFORMS[ctx.pipeline.gold_transform]
     gold_columns = ctx.pipeline.table(ctx.stream.targets[0]).columns
     values = [c for c in gold_columns if c not in transform.key_columns]
-    on = " AND ".join(f"t.{c} = s.{c}" for c in transform.key_columns)
+    on = match_on(transform.key_columns)
 
     def write_batch(changes_df: DataFrame, batch_id: int) -> None:
         from delta.tables import DeltaTable
@@ -101,9 +101,9 @@ def recompute_all(
     if overwrite:
         recomputed_df.write.format("delta").mode("overwrite").save(gold_location)
     else:
-        keys = " AND ".join(f"t.{c} = s.{c}" for c in transform.key_columns)
+        keys = match_on(transform.key_columns)
         values = [c for c in gold_columns if c not in transform.key_columns]
-        same = " AND ".join(f"t.{c} <=> s.{c}" for c in values)
+        same = match_on(values, null_safe=True)
         (
             DeltaTable.forPath(ctx.spark, gold_location)
             .alias("t")

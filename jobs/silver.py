@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs import faults
-from jobs.delta_writes import append_once, dml_transaction, last_commit_metrics
+from jobs.delta_writes import append_once, dml_transaction, last_commit_metrics, match_on
 from jobs.runtime import JobContext, StreamResult, checkpoint_query_id, run_job, run_stream
 from jobs.tables import ensure_table
 from jobs.transforms import latest_per_key, newer_condition, with_state_columns
@@ -109,10 +109,6 @@ def make_batch_writer(ctx: JobContext, app_id: str) -> Callable[[DataFrame, int]
     return write_batch
 
 
-def _null_safe_equal(columns: list[str], left: str = "t", right: str = "s") -> str:
-    return " AND ".join(f"{left}.{c} <=> {right}.{c}" for c in columns)
-
-
 def reprocess_window(ctx: JobContext, start: datetime, end: datetime) -> dict[str, int]:
     """Re-derive silver for the ``event_ts`` window ``[start, end)`` from all of bronze.
 
@@ -158,7 +154,7 @@ def reprocess_window(ctx: JobContext, start: datetime, end: datetime) -> dict[st
             .merge(source_df.alias("s"), f"t.{key} = s.{key}")
             .whenMatchedDelete(condition="s._deleted")
             .whenMatchedUpdate(
-                condition=f"NOT ({_null_safe_equal(columns)})",
+                condition=f"NOT ({match_on(columns, null_safe=True)})",
                 set={c: f"s.{c}" for c in columns},
             )
             .whenNotMatchedInsert(condition="NOT s._deleted", values={c: f"s.{c}" for c in columns})

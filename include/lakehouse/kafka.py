@@ -548,28 +548,36 @@ class ReplayRange:
 def timestamp_offsets(
     access: KafkaAccess,
     partitions: list[TopicPartition],
-    instant: datetime,
+    *instants: datetime,
     timeout_s: float = BROKER_TIMEOUT_S,
-) -> dict[TopicPartition, int]:
-    """Per partition, the first offset whose Kafka timestamp is at or after ``instant``;
-    -1 where no record is that recent."""
+) -> list[dict[TopicPartition, int]]:
+    """For each instant, per partition, the first offset whose Kafka timestamp is at or after
+    it; -1 where no record is that recent. One admin client for all of them."""
     from confluent_kafka import KafkaException
     from confluent_kafka import TopicPartition as KafkaPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     if not partitions:
-        return {}
+        return [{} for _ in instants]
     admin = AdminClient({**access.client_config(), "log_level": 0})
-    spec = OffsetSpec.for_timestamp(int(instant.timestamp() * 1000))
-    requests = {KafkaPartition(topic, partition): spec for topic, partition in partitions}
+    found: list[dict[TopicPartition, int]] = []
     try:
-        found = admin.list_offsets(requests, request_timeout=timeout_s)
-        return {(p.topic, p.partition): found[p].result(timeout=timeout_s).offset for p in found}
+        for instant in instants:
+            spec = OffsetSpec.for_timestamp(int(instant.timestamp() * 1000))
+            requests = {KafkaPartition(topic, partition): spec for topic, partition in partitions}
+            answers = admin.list_offsets(requests, request_timeout=timeout_s)
+            found.append(
+                {
+                    (p.topic, p.partition): answers[p].result(timeout=timeout_s).offset
+                    for p in answers
+                }
+            )
     except KafkaException as exc:
         raise SourceUnavailable(
             f"Kafka at {access.bootstrap_servers} did not give offsets by time: "
             f"{_kafka_error_text(exc)}."
         ) from None
+    return found
 
 
 def replay_plan(
@@ -619,9 +627,7 @@ def plan_replay(
     """The offset ranges of the records timestamped in ``[start, end)`` that the stream has
     read, after checking that the brokers still hold all of them (see ``replay_plan``)."""
     brokers = broker_offsets(access, topics)
-    partitions = sorted(brokers)
-    first = timestamp_offsets(access, partitions, start)
-    after = timestamp_offsets(access, partitions, end)
+    first, after = timestamp_offsets(access, sorted(brokers), start, end)
     return replay_plan(brokers, first, after, read_up_to, start)
 
 

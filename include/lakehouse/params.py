@@ -54,18 +54,30 @@ def _bounded_int(name: str, value: Any, high: int, problems: list[str]) -> int |
     return value
 
 
+def _span(
+    raw: Mapping[str, Any], prefix: str, problems: list[str]
+) -> tuple[datetime | None, datetime | None]:
+    """``<prefix>_from`` and ``<prefix>_to``, each parsed (a bad one is a problem)."""
+    return (
+        parse_instant(f"{prefix}_from", raw.get(f"{prefix}_from"), problems),
+        parse_instant(f"{prefix}_to", raw.get(f"{prefix}_to"), problems),
+    )
+
+
+def _check_order(what: str, start: datetime, end: datetime, problems: list[str]) -> None:
+    if end <= start:
+        problems.append(f"{what} ends ({end.isoformat()}) before it starts ({start.isoformat()})")
+
+
 def _window(
     mode: str, raw: Mapping[str, Any], problems: list[str]
 ) -> tuple[datetime | None, datetime | None]:
-    start = parse_instant("reprocess_from", raw.get("reprocess_from"), problems)
-    end = parse_instant("reprocess_to", raw.get("reprocess_to"), problems)
+    start, end = _span(raw, "reprocess", problems)
     if mode == "reprocess":
         if start is None or end is None:
             problems.append("mode=reprocess needs both reprocess_from and reprocess_to")
-        elif end <= start:
-            problems.append(
-                f"the window ends ({end.isoformat()}) before it starts ({start.isoformat()})"
-            )
+        else:
+            _check_order("the window", start, end, problems)
     elif raw.get("reprocess_from") or raw.get("reprocess_to"):
         problems.append(f"reprocess_from/reprocess_to only apply to mode=reprocess, not {mode}")
     return start, end
@@ -74,17 +86,14 @@ def _window(
 def _replay(
     raw: Mapping[str, Any], layers: tuple[str, ...], problems: list[str]
 ) -> tuple[datetime | None, datetime | None]:
-    start = parse_instant("kafka_replay_from", raw.get("kafka_replay_from"), problems)
-    end = parse_instant("kafka_replay_to", raw.get("kafka_replay_to"), problems)
+    start, end = _span(raw, "kafka_replay", problems)
     given = [raw.get("kafka_replay_from"), raw.get("kafka_replay_to")]
     if not any(given):
         return None, None
     if not all(given):
         problems.append("a Kafka replay needs both kafka_replay_from and kafka_replay_to")
-    elif start is not None and end is not None and end <= start:
-        problems.append(
-            f"the Kafka replay ends ({end.isoformat()}) before it starts ({start.isoformat()})"
-        )
+    elif start is not None and end is not None:
+        _check_order("the Kafka replay", start, end, problems)
     if "bronze" not in layers:
         problems.append("a Kafka replay runs in bronze: include bronze in layers")
     return start, end
