@@ -44,8 +44,12 @@ demo: setup ## Sample data, two orders_pipeline runs through Airflow, a summary 
 	@$(PY) -m lakehouse.local.demo --source $(SOURCE)
 
 .PHONY: test
-test: setup browser ## The test suite (starts the Kafka broker and Spark cluster it needs)
+test: setup browser ## The whole test suite (starts the Kafka broker and Spark cluster it needs)
 	@$(PY) -m pytest $(PYTEST_ARGS)
+
+.PHONY: test-fast
+test-fast: $(STAMP) ## The unit tests only: no JVM, no service (tests/unit, about a minute)
+	@$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
 
 .PHONY: browser
 browser: ## Debian's chromium for the UI test (apt-get, once; needs root)

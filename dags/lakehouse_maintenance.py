@@ -29,75 +29,29 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pendulum
-from airflow.sdk import Param, dag, task
+from airflow.sdk import chain, dag, task
 
-from lakehouse.maintenance import (
-    ACTIONS,
-    DEFAULT_KEEP_BACKUPS,
-    DEFAULT_RETENTION_HOURS,
-    MAX_KEEP_BACKUPS,
-    MAX_RETENTION_HOURS,
-    maintained_tables,
-)
+from lakehouse.maintenance import maintained_tables
+from lakehouse.params import DEFAULT_RETENTION_HOURS, Action, MaintenanceParams
 from lakehouse.pipelines import ORDERS
 from lakehouse.settings import Settings
 from lakehouse_airflow.operators import MaintenanceJobOperator
+from lakehouse_airflow.params import dag_params
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 SETTINGS = Settings.from_env()  # environment variables only: no I/O at parse time
 TABLES = [t.name for t in maintained_tables(ORDERS)]
-
-PARAMS = {
-    "actions": Param(
-        list(ACTIONS),
-        type="array",
-        items={"type": "string", "enum": list(ACTIONS)},
-        uniqueItems=True,
-        minItems=1,
-        title="Actions",
-        description="Which maintenance actions to run, in this order.",
-        section="What to run",
-    ),
-    "tables": Param(
-        [],
-        type="array",
-        items={"type": "string", "enum": TABLES},
-        uniqueItems=True,
-        title="Tables",
-        description="Tables to OPTIMIZE and VACUUM; empty for every table.",
-        section="What to run",
-    ),
-    "retention_hours": Param(
-        max(DEFAULT_RETENTION_HOURS, SETTINGS.vacuum_floor_hours),
-        type="integer",
-        minimum=SETTINGS.vacuum_floor_hours,
-        maximum=MAX_RETENTION_HOURS,
-        title="VACUUM retention (hours)",
-        description=(
-            "Files removed from a table longer ago than this may be deleted. Raised for a "
-            "table whose own deletedFileRetentionDuration is longer, and for a stream that "
-            f"lags further behind; never below {SETTINGS.vacuum_floor_hours} h."
-        ),
-        section="VACUUM",
-    ),
-    "keep_backups": Param(
-        DEFAULT_KEEP_BACKUPS,
-        type="integer",
-        minimum=1,
-        maximum=MAX_KEEP_BACKUPS,
-        title="Checkpoint backups to keep",
-        section="Backups",
-    ),
-    "dry_run": Param(
-        False,
-        type="boolean",
-        title="Dry run",
-        description="Measure and report what would be done; change nothing.",
-        section="What to run",
-    ),
-}
+FLOOR = SETTINGS.vacuum_floor_hours
+PARAMS = dag_params(
+    MaintenanceParams,
+    {
+        # What only this deployment knows: its tables and its retention floor.
+        "tables": {"items": {"type": "string", "enum": TABLES}},
+        "retention_hours": {"default": max(DEFAULT_RETENTION_HOURS, FLOOR), "minimum": FLOOR},
+    },
+)
 
 
 @dag(
@@ -124,22 +78,19 @@ def lakehouse_maintenance() -> None:
         from airflow.sdk.exceptions import AirflowFailException
 
         from lakehouse.errors import LakehouseError
-        from lakehouse.maintenance import MaintenanceParams
 
         ctx: Context = context  # type: ignore[assignment]
         try:
-            params = MaintenanceParams.parse(
-                dict(ctx["params"]), ORDERS, Settings.from_env().vacuum_floor_hours
-            )
+            params: MaintenanceParams = MaintenanceParams.parse(dict(ctx["params"]))
+            params.check_against(maintained_tables(ORDERS), Settings.from_env().vacuum_floor_hours)
         except LakehouseError as exc:
             raise AirflowFailException(f"[{exc.code}] {exc}") from None
         description = params.describe()
         print(f"lakehouse_maintenance: {description}")
         return {"actions": list(params.actions), "description": description}
 
-    previous = plan()
-    for action in ACTIONS:
-        job = MaintenanceJobOperator(
+    actions = [
+        MaintenanceJobOperator(
             task_id=action,
             pipeline=ORDERS.name,
             action=action,
@@ -148,8 +99,9 @@ def lakehouse_maintenance() -> None:
             trigger_rule="none_failed",
             doc_md=f"`jobs/maintenance.py --actions {action}`",
         )
-        previous >> job
-        previous = job
+        for action in Action
+    ]
+    chain(plan(), *actions)
 
 
 lakehouse_maintenance()

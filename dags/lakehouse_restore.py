@@ -24,38 +24,17 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pendulum
-from airflow.sdk import Param, dag, task
+from airflow.sdk import dag, task
 
+from lakehouse.params import RestoreParams
 from lakehouse.pipelines import ORDERS
 from lakehouse_airflow.operators import MaintenanceJobOperator
+from lakehouse_airflow.params import dag_params
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-BACKUP_ID_PATTERN = r"^(latest|\d{8}T\d{12}Z)$"
-
-PARAMS = {
-    "layer": Param(
-        "silver",
-        type="string",
-        enum=list(ORDERS.layers),
-        title="Layer",
-        description="Whose checkpoint to restore; every layer after it is reset.",
-    ),
-    "backup_id": Param(
-        "latest",
-        type="string",
-        pattern=BACKUP_ID_PATTERN,
-        title="Backup",
-        description="A backup id (a folder under <root>/_backups/orders/), or latest.",
-    ),
-    "dry_run": Param(
-        True,
-        type="boolean",
-        title="Only check",
-        description="Run every check and report; change nothing. Untick to restore.",
-    ),
-}
+PARAMS = dag_params(RestoreParams, {"layer": {"enum": [str(layer) for layer in ORDERS.layers]}})
 
 
 @dag(

@@ -11,8 +11,8 @@ parsed away: the record's text is kept as is (invalid UTF-8 keeps its bytes too)
   null ``raw_value``; bronze has exactly one row per offset read. Topic, partition, offset,
   Kafka timestamp and key are kept. A new checkpoint starts from the earliest offsets, a
   partition added later is read from its start, and ``maxOffsetsPerTrigger`` splits a backlog
-  into micro-batches. Before the query starts, ``lakehouse.kafka.check_offsets`` compares the
-  checkpoint with the brokers; records that aged out unread stop the run with
+  into micro-batches. Before the query starts, ``lakehouse.kafka.brokers.check_offsets``
+  compares the checkpoint with the brokers; records that aged out unread stop the run with
   ``KafkaOffsetsLost`` (as does Spark's own ``failOnDataLoss``, should they age out later).
 * Kafka replay (params ``kafka_replay_from``/``kafka_replay_to``): after the stream has caught
   up, the records whose Kafka timestamp is in the range and that the stream has already read
@@ -36,13 +36,16 @@ from pyspark.sql import functions as F
 
 from jobs import storage
 from jobs.delta_writes import last_commit_metrics, match_on, rows_written_since, table_version
-from jobs.runtime import JobContext, StreamResult, run_job, run_stream
+from jobs.runtime import JobContext, StreamResult, run_layer, run_stream
 from jobs.tables import ensure_table
 from jobs.transforms import filter_not_blank, with_kafka_lineage, with_raw_record
-from lakehouse import kafka
+from lakehouse.checkpoints import Checkpoint
 from lakehouse.errors import ConfigurationError, InvalidRunParams
+from lakehouse.kafka import brokers, offsets
+from lakehouse.kafka.access import KafkaAccess
 from lakehouse.pipelines import BRONZE_SCHEMA
-from lakehouse.specs import schema_fields
+from lakehouse.settings import SourceKind
+from lakehouse.specs import Layer, schema_fields
 
 BRONZE_FIELDS = schema_fields(BRONZE_SCHEMA)
 
@@ -54,7 +57,7 @@ def read_landing_files(ctx: JobContext) -> DataFrame:
     (Spark's rule for hidden files), so writers can stage a file and rename it in."""
     landing = ctx.path(ctx.pipeline.landing)
     storage.mkdirs(ctx.spark, landing)
-    max_files = ctx.args.max_files_per_trigger or ctx.settings.max_files_per_trigger
+    max_files = ctx.params.max_files_per_trigger or ctx.settings.max_files_per_trigger
     lines_df = (
         ctx.spark.readStream.format("text")
         # Only \n ends a line (a \r\n line loses its \r below); a lone \r is data.
@@ -74,11 +77,11 @@ def read_landing_files(ctx: JobContext) -> DataFrame:
 
 def read_kafka(ctx: JobContext) -> tuple[DataFrame, dict[str, Any]]:
     """The pipeline's topics as a stream of records, after the pre-flight offset check."""
-    access = kafka.KafkaAccess.for_job(ctx.settings)
-    topics = kafka.subscription(ctx.pipeline, ctx.settings)
-    accept_loss = ctx.args.params.accept_data_loss
+    access = KafkaAccess.for_job(ctx.settings)
+    topics = ctx.settings.pipeline(ctx.pipeline).subscription
+    accept_loss = ctx.params.accept_data_loss
     start = checkpoint_offsets(ctx)
-    report = kafka.check_offsets(access, topics, start, accept_data_loss=accept_loss)
+    report = brokers.check_offsets(access, topics, start, accept_data_loss=accept_loss)
     log.info(
         "kafka: %s on %s, %d partitions, %d records to read (checked in %.0f ms)",
         topics.describe(),
@@ -87,7 +90,7 @@ def read_kafka(ctx: JobContext) -> tuple[DataFrame, dict[str, Any]]:
         report.backlog,
         report.check_ms,
     )
-    max_offsets = ctx.args.max_offsets_per_trigger or ctx.settings.max_offsets_per_trigger
+    max_offsets = ctx.params.max_offsets_per_trigger or ctx.settings.max_offsets_per_trigger
     kafka_df = (
         ctx.spark.readStream.format("kafka")
         .options(**access.spark_options(), **topics.spark_options())
@@ -114,22 +117,19 @@ def to_bronze(records_df: DataFrame) -> DataFrame:
     )
 
 
-def checkpoint_offsets(ctx: JobContext) -> dict[kafka.TopicPartition, int] | None:
+def checkpoint_offsets(ctx: JobContext) -> dict[offsets.TopicPartition, int] | None:
     """Where the Kafka stream resumes, read from its checkpoint with Spark's file system."""
-    return kafka.checkpoint_offsets(
-        lambda relative: storage.list_names(ctx.spark, f"{ctx.checkpoint}/{relative}"),
-        lambda relative: storage.read_text(ctx.spark, f"{ctx.checkpoint}/{relative}"),
-    )
+    return offsets.checkpoint_offsets(Checkpoint(storage.HadoopStorage(ctx.spark), ctx.checkpoint))
 
 
-def plan_kafka_replay(ctx: JobContext, access: kafka.KafkaAccess) -> list[kafka.ReplayRange]:
+def plan_kafka_replay(ctx: JobContext, access: KafkaAccess) -> list[offsets.ReplayRange]:
     """The replay's offset ranges, as far as the stream has read; ``KafkaReplayUnavailable``
     if the brokers may no longer hold the start of the range."""
-    params = ctx.args.params
+    params = ctx.params
     assert params.kafka_replay_from is not None and params.kafka_replay_to is not None
-    return kafka.plan_replay(
+    return brokers.plan_replay(
         access,
-        kafka.subscription(ctx.pipeline, ctx.settings),
+        ctx.settings.pipeline(ctx.pipeline).subscription,
         params.kafka_replay_from,
         params.kafka_replay_to,
         checkpoint_offsets(ctx),
@@ -140,9 +140,9 @@ def replay_kafka(ctx: JobContext, location: str) -> dict[str, Any]:
     """Add the records timestamped in the replay range that bronze is missing (see above)."""
     from delta.tables import DeltaTable
 
-    params = ctx.args.params
+    params = ctx.params
     assert params.kafka_replay_from is not None and params.kafka_replay_to is not None
-    access = kafka.KafkaAccess.for_job(ctx.settings)
+    access = KafkaAccess.for_job(ctx.settings)
     ranges = plan_kafka_replay(ctx, access)
     window = f"[{params.kafka_replay_from.isoformat()}, {params.kafka_replay_to.isoformat()})"
     details: dict[str, Any] = {
@@ -167,8 +167,8 @@ def replay_kafka(ctx: JobContext, location: str) -> dict[str, Any]:
         ctx.spark.read.format("kafka")
         .options(**access.spark_options())
         .option("assign", json.dumps(assign, sort_keys=True))
-        .option("startingOffsets", kafka.offsets_json(ranges, "start"))
-        .option("endingOffsets", kafka.offsets_json(ranges, "end"))
+        .option("startingOffsets", offsets.offsets_json(ranges, "start"))
+        .option("endingOffsets", offsets.offsets_json(ranges, "end"))
         .option("failOnDataLoss", "true")
         .load()
     )
@@ -186,7 +186,7 @@ def replay_kafka(ctx: JobContext, location: str) -> dict[str, Any]:
             .execute()
         )
     except Exception as exc:
-        lost = kafka.from_spark_error(str(exc))
+        lost = offsets.from_spark_error(str(exc))
         if lost is None:
             raise
         raise lost from None
@@ -206,25 +206,27 @@ def replay_kafka(ctx: JobContext, location: str) -> dict[str, Any]:
 
 def read_source(ctx: JobContext) -> tuple[DataFrame, dict[str, Any]]:
     """The source's records and what was learnt about it before the query (for the log)."""
-    source = ctx.settings.orders_source
-    if source == "file":
+    source = ctx.settings.pipeline(ctx.pipeline).source
+    if source == SourceKind.FILE:
         return read_landing_files(ctx), {}
-    if source == "kafka":
+    if source == SourceKind.KAFKA:
         return read_kafka(ctx)
     raise ConfigurationError(f"source {source!r} is not supported by the bronze job.")
 
 
 def body(ctx: JobContext) -> StreamResult:
     target = ctx.pipeline.table(ctx.stream.targets[0])
-    replay = ctx.args.params.kafka_replay_from is not None
-    if replay and ctx.settings.orders_source != "kafka":
+    replay = ctx.params.kafka_replay_from is not None
+    source = ctx.settings.pipeline(ctx.pipeline).source
+    if replay and source != SourceKind.KAFKA:
+        variable = f"LAKEHOUSE_{ctx.pipeline.name.upper()}_SOURCE"
         raise InvalidRunParams(
-            "Refused to run: a Kafka replay needs the Kafka source "
-            f"(LAKEHOUSE_ORDERS_SOURCE=kafka, not {ctx.settings.orders_source})."
+            f"Refused to run: a Kafka replay needs the Kafka source ({variable}=kafka, "
+            f"not {source})."
         )
     if replay:
         # Refuses before the stream writes anything.
-        plan_kafka_replay(ctx, kafka.KafkaAccess.for_job(ctx.settings))
+        plan_kafka_replay(ctx, KafkaAccess.for_job(ctx.settings))
     # The source first: a refusal of its pre-flight check leaves no trace, not even a table.
     records_df, details = read_source(ctx)
     location = ensure_table(ctx.spark, ctx.settings, target)
@@ -250,7 +252,7 @@ def body(ctx: JobContext) -> StreamResult:
             details["restarted_after"] = "SPARK-55271"
     except Exception as exc:
         # Spark's failOnDataLoss failure, under the name the pre-flight check uses.
-        lost = kafka.from_spark_error(str(exc))
+        lost = offsets.from_spark_error(str(exc))
         if lost is None:
             raise
         raise lost from None
@@ -272,7 +274,7 @@ def _is_spark_55271(exc: Exception) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_job(argv, "bronze", body)
+    return run_layer(argv, Layer.BRONZE, body)
 
 
 if __name__ == "__main__":

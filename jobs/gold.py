@@ -22,9 +22,11 @@ from pyspark.sql import functions as F
 
 from jobs import faults
 from jobs.delta_writes import dml_transaction, last_commit_metrics, match_on
-from jobs.runtime import JobContext, StreamResult, checkpoint_query_id, run_job, run_stream
+from jobs.runtime import JobContext, StreamResult, checkpoint_query_id, run_layer, run_stream
 from jobs.tables import ensure_table
 from jobs.transforms import GOLD_TRANSFORMS, GoldTransform
+from lakehouse.params import Mode
+from lakehouse.specs import Layer
 
 log = logging.getLogger("lakehouse.gold")
 
@@ -118,7 +120,7 @@ def recompute_all(
 
 
 def body(ctx: JobContext) -> StreamResult:
-    silver = ctx.pipeline.table(ctx.stream.source_table or "")
+    silver = ctx.pipeline.table(ctx.stream.sources[0])
     gold = ctx.pipeline.table(ctx.stream.targets[0])
     silver_location = ensure_table(ctx.spark, ctx.settings, silver)
     gold_location = ensure_table(ctx.spark, ctx.settings, gold)
@@ -131,17 +133,17 @@ def body(ctx: JobContext) -> StreamResult:
     )
     result = run_stream(ctx, writer)
     result.details["keys_recomputed"] = ctx.counters.rows_out
-    mode = ctx.args.params.mode
-    if mode != "incremental":
+    mode = ctx.params.mode
+    if mode != Mode.INCREMENTAL:
         # Gold is a function of silver: re-deriving it means recomputing it from silver.
-        result.details[mode] = recompute_all(
-            ctx, silver_location, gold_location, overwrite=mode == "full_refresh"
+        result.details[str(mode)] = recompute_all(
+            ctx, silver_location, gold_location, overwrite=mode == Mode.FULL_REFRESH
         )
     return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_job(argv, "gold", body)
+    return run_layer(argv, Layer.GOLD, body)
 
 
 if __name__ == "__main__":

@@ -1,17 +1,18 @@
-"""What every layer job shares: arguments, the availableNow query, progress, run log, summary.
+"""What every job shares: its command line, its run-log rows, its summary and exit code.
 
-A job module supplies one function ``body(ctx) -> StreamResult`` that builds its query and
-hands it to ``run_stream``; ``run_job`` does the rest:
+``run_main`` is the one wrapper around a job's body, for the layer jobs and for maintenance:
 
-* parses the common arguments and checks them before Spark starts;
-* refuses to start while a checkpoint restore of the pipeline is unfinished;
-* logs one progress line per micro-batch while the query runs (rows, rows/s, duration);
-* appends one row per run to the ``ops/run_log`` Delta table (status, rows, offsets);
-* writes the summary as JSON (``--summary-file``) for the Airflow task to return;
-* turns a ``LakehouseError`` into exit code 2 and one ``ERROR [Name] ...`` line.
+* parses the common arguments and the job's own (from its params model) before Spark starts;
+  a refusal there is exit code 2 and one ``ERROR [Name] ...`` line;
+* runs the body, which starts Spark when it needs it and appends one ``ops/run_log`` row per
+  thing it did (a layer run, a maintenance action);
+* turns a ``LakehouseError`` into exit code 2 and a ``refused`` row, anything else into exit
+  code 1 and a ``failed`` row;
+* writes the summary as JSON (``--summary-file``) for the Airflow task to return.
 
-The pieces that are not about streams (``job_settings``, ``start_spark``, ``RunRecord``,
-``append_run_log``, ``write_summary``, ``refusal``) serve the maintenance job too.
+``run_layer`` is the body of a layer job: checks, locks, the restore guard, and one
+``body(ctx) -> StreamResult`` supplied by the layer's module, which builds its query and hands
+it to ``run_stream`` (availableNow, one progress line per micro-batch).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter
@@ -33,76 +34,261 @@ from pyspark.sql.streaming import DataStreamWriter
 from jobs import storage
 from jobs.session import build_spark
 from jobs.tables import ensure_table
-from lakehouse.checkpoints import restore_marker
+from lakehouse.backups import restore_marker
+from lakehouse.checkpoints import Checkpoint
 from lakehouse.errors import LakehouseError, RestoreInProgress
 from lakehouse.locks import table_locks
 from lakehouse.params import RunParams
 from lakehouse.pipelines import RUN_LOG, get_pipeline
 from lakehouse.preflight import check_root_writable
 from lakehouse.settings import Settings
-from lakehouse.specs import PipelineSpec, StreamSpec
+from lakehouse.specs import Layer, PipelineSpec, StreamSpec
 
 log = logging.getLogger("lakehouse")
 
 POLL_INTERVAL_S = 2
+P = TypeVar("P")
+
+
+# -- arguments --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class JobArgs:
+    """The arguments every job takes."""
+
     pipeline: str
     root: str | None
     run_id: str
     summary_file: str | None
-    params: RunParams = field(default_factory=RunParams)
 
-    @property
-    def max_files_per_trigger(self) -> int | None:
-        return self.params.max_files_per_trigger
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> JobArgs:
+        return cls(
+            pipeline=ns.pipeline,
+            root=ns.root,
+            run_id=ns.run_id or f"manual__{datetime.now(UTC):%Y%m%dT%H%M%S}_{uuid.uuid4().hex[:6]}",
+            summary_file=ns.summary_file,
+        )
 
-    @property
-    def max_offsets_per_trigger(self) -> int | None:
-        return self.params.max_offsets_per_trigger
 
-
-def parse_args(argv: Sequence[str], layer: str) -> JobArgs:
-    parser = argparse.ArgumentParser(prog=f"jobs/{layer}.py", description=f"Run the {layer} layer.")
+def job_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--pipeline", required=True, help="pipeline name, e.g. orders")
     parser.add_argument("--root", help="lakehouse root (default: LAKEHOUSE_ROOT)")
     parser.add_argument("--run-id", default=None, help="the orchestrator's run id, for the run log")
     parser.add_argument("--summary-file", help="write the run summary here as JSON")
-    parser.add_argument(
-        "--mode", default="incremental", help="incremental, reprocess, full_refresh"
+    return parser
+
+
+# -- run log ----------------------------------------------------------------------------------
+
+
+@dataclass
+class RunRecord:
+    """One row of ``ops/run_log``: a layer run (``action`` "stream") or a maintenance action."""
+
+    pipeline: str
+    layer: str
+    run_id: str
+    status: str
+    started_at: datetime
+    action: str = "stream"
+    ended_at: datetime | None = None
+    query_id: str | None = None
+    rows_in: int | None = None
+    rows_out: int | None = None
+    rows_quarantined: int | None = None
+    batches: int | None = None
+    source_start: str | None = None
+    source_end: str | None = None
+    spark_master: str | None = None
+    error: str | None = None
+    error_code: str | None = None  # in the summary; the run log's ``error`` starts with it
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.ended_at is None:
+            return None
+        return round((self.ended_at - self.started_at).total_seconds(), 3)
+
+    def fail(self, exc: BaseException) -> None:
+        """Mark the record refused (a named error) or failed (anything else)."""
+        if isinstance(exc, LakehouseError):
+            self.status, self.error_code, self.error = "refused", exc.code, refusal(exc)
+        else:
+            self.status, self.error_code = "failed", type(exc).__name__
+            self.error = f"{type(exc).__name__}: {str(exc)[:2000]}"
+
+    def summary(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["started_at"] = self.started_at.isoformat()
+        data["ended_at"] = self.ended_at.isoformat() if self.ended_at else None
+        data["duration_s"] = self.duration_s
+        seconds = self.duration_s or 0
+        data["rows_per_s"] = round((self.rows_in or 0) / seconds, 1) if seconds else None
+        return data
+
+
+def append_run_log(spark: SparkSession, settings: Settings, record: RunRecord) -> None:
+    location = ensure_table(spark, settings, RUN_LOG)
+    row = (
+        record.pipeline,
+        record.layer,
+        record.action,
+        record.run_id,
+        record.query_id,
+        record.status,
+        record.started_at.replace(tzinfo=None),
+        record.ended_at.replace(tzinfo=None) if record.ended_at else None,
+        record.duration_s,
+        record.rows_in,
+        record.rows_out,
+        record.rows_quarantined,
+        record.batches,
+        record.source_start,
+        record.source_end,
+        record.spark_master,
+        record.error,
+        json.dumps(record.details, sort_keys=True, default=str),
     )
-    parser.add_argument("--reprocess-from", help="reprocess window start, ISO-8601 with zone")
-    parser.add_argument("--reprocess-to", help="reprocess window end (exclusive)")
-    parser.add_argument("--max-files-per-trigger", type=int)
-    parser.add_argument("--max-offsets-per-trigger", type=int)
-    parser.add_argument("--kafka-replay-from", help="Kafka replay: first record timestamp")
-    parser.add_argument("--kafka-replay-to", help="Kafka replay: end timestamp (exclusive)")
-    parser.add_argument(
-        "--accept-data-loss",
-        action="store_true",
-        help="Kafka: go on past records that aged out before they were read (this run only)",
+    spark.createDataFrame([row], RUN_LOG.schema).write.format("delta").mode("append").save(location)
+
+
+# -- the wrapper ------------------------------------------------------------------------------
+
+
+def configure_logging() -> None:
+    logging.basicConfig(
+        stream=sys.stdout,
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
+        force=True,
     )
-    ns = parser.parse_args(list(argv))
-    return JobArgs(
-        pipeline=ns.pipeline,
-        root=ns.root,
-        run_id=ns.run_id or f"manual__{datetime.now(UTC):%Y%m%dT%H%M%S}_{uuid.uuid4().hex[:6]}",
-        summary_file=ns.summary_file,
-        params=RunParams.parse(
-            {
-                "mode": ns.mode,
-                "reprocess_from": ns.reprocess_from,
-                "reprocess_to": ns.reprocess_to,
-                "max_files_per_trigger": ns.max_files_per_trigger,
-                "max_offsets_per_trigger": ns.max_offsets_per_trigger,
-                "accept_data_loss": ns.accept_data_loss,
-                "kafka_replay_from": ns.kafka_replay_from,
-                "kafka_replay_to": ns.kafka_replay_to,
-            }
-        ),
-    )
+    for noisy in ("py4j", "pyspark"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def refusal(exc: LakehouseError) -> str:
+    """Print the one-line refusal the task log ends with; return it for the record."""
+    print(f"ERROR [{exc.code}] {exc}", file=sys.stderr, flush=True)
+    return f"{exc.code}: {exc}"
+
+
+def write_summary(path: str | None, summary: dict[str, Any]) -> None:
+    log.info("SUMMARY %s", json.dumps(summary, sort_keys=True, default=str))
+    if path:
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(summary, handle, sort_keys=True, default=str)
+
+
+@dataclass
+class JobRun:
+    """One run of a job: its arguments, settings, Spark session and run-log rows."""
+
+    args: JobArgs
+    layer: str
+    action: str  # "stream" for a layer run, "maintenance" for a maintenance run
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    settings: Settings | None = None
+    spark: SparkSession | None = None
+    records: list[RunRecord] = field(default_factory=list)
+
+    def load_settings(self) -> Settings:
+        settings = Settings.from_env()
+        self.settings = settings.with_root(self.args.root) if self.args.root else settings
+        return self.settings
+
+    def start_spark(self, app_name: str) -> SparkSession:
+        """The job's session, once the root is known to be writable."""
+        assert self.settings is not None
+        check_root_writable(self.settings)
+        self.spark = build_spark(app_name, self.settings)
+        return self.spark
+
+    def new_record(self, layer: str | None = None, action: str | None = None) -> RunRecord:
+        return RunRecord(
+            self.args.pipeline,
+            layer or self.layer,
+            self.args.run_id,
+            "started",
+            datetime.now(UTC),
+            action or self.action,
+        )
+
+    def log(self, record: RunRecord) -> None:
+        """Close ``record`` and append it to the run log (when Spark runs)."""
+        record.ended_at = record.ended_at or datetime.now(UTC)
+        self.records.append(record)
+        if self.spark is None or self.settings is None:
+            return
+        record.spark_master = record.spark_master or self.spark.sparkContext.master
+        try:
+            append_run_log(self.spark, self.settings, record)
+        except Exception:
+            log.exception("could not append to the run log")
+
+    @property
+    def exit_code(self) -> int:
+        """0 when everything succeeded or was skipped, 1 when something failed, 2 when
+        something was refused with a named error."""
+        statuses = {r.status for r in self.records}
+        return 1 if "failed" in statuses else 2 if "refused" in statuses else 0
+
+    def summary(self) -> dict[str, Any]:
+        if self.action == "stream" and len(self.records) == 1:
+            return self.records[0].summary()
+        errors = [r for r in self.records if r.error]
+        return {
+            "run_id": self.args.run_id,
+            "pipeline": self.args.pipeline,
+            "actions": [r.summary() for r in self.records if r.action != self.action],
+            "status": {0: "succeeded", 1: "failed", 2: "refused"}[self.exit_code],
+            "error": errors[0].error if errors else None,
+            "error_code": errors[0].error_code if errors else None,
+            "started_at": self.started_at.isoformat(),
+            "duration_s": round((datetime.now(UTC) - self.started_at).total_seconds(), 3),
+        }
+
+
+def run_main(
+    argv: Sequence[str] | None,
+    *,
+    prog: str,
+    description: str,
+    layer: str,
+    action: str,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    parse: Callable[[argparse.Namespace], P],
+    body: Callable[[JobRun, P], None],
+) -> int:
+    """Run one job; returns the process exit code (0 ok, 1 failed, 2 refused)."""
+    configure_logging()
+    parser = job_parser(prog, description)
+    add_arguments(parser)
+    try:
+        namespace = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+        args = JobArgs.from_namespace(namespace)
+        parsed = parse(namespace)
+    except LakehouseError as exc:
+        refusal(exc)
+        return 2
+    run = JobRun(args, layer, action)
+    try:
+        body(run, parsed)
+    except Exception as exc:
+        record = run.new_record()
+        record.fail(exc)
+        if not isinstance(exc, LakehouseError):
+            log.exception("%s %s failed", args.pipeline, layer)
+        run.log(record)
+    finally:
+        write_summary(args.summary_file, run.summary())
+    return run.exit_code
+
+
+# -- layer jobs -------------------------------------------------------------------------------
 
 
 @dataclass
@@ -128,11 +314,14 @@ class StreamResult:
 
 @dataclass
 class JobContext:
+    """What a layer's body works with."""
+
     spark: SparkSession
     settings: Settings
     pipeline: PipelineSpec
     stream: StreamSpec
     args: JobArgs
+    params: RunParams
     counters: BatchCounters = field(default_factory=BatchCounters)
 
     def path(self, table: str) -> str:
@@ -154,14 +343,14 @@ def checkpoint_query_id(spark: SparkSession, checkpoint: str) -> str:
     sink does: a replayed batch of the same query is skipped, and a new checkpoint (a new
     id) can never be mistaken for an old one whose batch ids it would reuse.
     """
-    location = f"{checkpoint}/metadata"
-    text = storage.read_text(spark, location)
-    if text is None:
+    reader = Checkpoint(storage.HadoopStorage(spark), checkpoint)
+    query_id = reader.query_id()
+    if query_id is None:
         storage.mkdirs(spark, checkpoint)
-        storage.write_text(spark, location, json.dumps({"id": str(uuid.uuid4())}))
-        text = storage.read_text(spark, location)
-    assert text is not None
-    return str(json.loads(text.splitlines()[0])["id"])
+        storage.write_text(spark, reader.path("metadata"), json.dumps({"id": str(uuid.uuid4())}))
+        query_id = reader.query_id()
+    assert query_id is not None
+    return query_id
 
 
 def _offsets_text(source: Any, key: str) -> str | None:
@@ -220,140 +409,31 @@ def run_stream(ctx: JobContext, writer: DataStreamWriter) -> StreamResult:
     return result
 
 
-@dataclass
-class RunRecord:
-    """One row of ``ops/run_log``: a layer run (``action`` "stream") or a maintenance action."""
-
-    pipeline: str
-    layer: str
-    run_id: str
-    status: str
-    started_at: datetime
-    action: str = "stream"
-    ended_at: datetime | None = None
-    query_id: str | None = None
-    rows_in: int | None = None
-    rows_out: int | None = None
-    rows_quarantined: int | None = None
-    batches: int | None = None
-    source_start: str | None = None
-    source_end: str | None = None
-    spark_master: str | None = None
-    error: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def duration_s(self) -> float | None:
-        if self.ended_at is None:
-            return None
-        return round((self.ended_at - self.started_at).total_seconds(), 3)
-
-    def summary(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["started_at"] = self.started_at.isoformat()
-        data["ended_at"] = self.ended_at.isoformat() if self.ended_at else None
-        data["duration_s"] = self.duration_s
-        seconds = self.duration_s or 0
-        data["rows_per_s"] = round((self.rows_in or 0) / seconds, 1) if seconds else None
-        return data
-
-
-def append_run_log(spark: SparkSession, settings: Settings, record: RunRecord) -> None:
-    location = ensure_table(spark, settings, RUN_LOG)
-    row = (
-        record.pipeline,
-        record.layer,
-        record.action,
-        record.run_id,
-        record.query_id,
-        record.status,
-        record.started_at.replace(tzinfo=None),
-        record.ended_at.replace(tzinfo=None) if record.ended_at else None,
-        record.duration_s,
-        record.rows_in,
-        record.rows_out,
-        record.rows_quarantined,
-        record.batches,
-        record.source_start,
-        record.source_end,
-        record.spark_master,
-        record.error,
-        json.dumps(record.details, sort_keys=True, default=str),
-    )
-    spark.createDataFrame([row], RUN_LOG.schema).write.format("delta").mode("append").save(location)
-
-
-def configure_logging() -> None:
-    logging.basicConfig(
-        stream=sys.stdout,
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
-        force=True,
-    )
-    for noisy in ("py4j", "pyspark"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def refusal(exc: LakehouseError) -> str:
-    """Print the one-line refusal the task log ends with; return it for the record."""
-    print(f"ERROR [{exc.code}] {exc}", file=sys.stderr, flush=True)
-    return f"{exc.code}: {exc}"
-
-
-def job_settings(root: str | None) -> Settings:
-    settings = Settings.from_env()
-    return settings.with_root(root) if root else settings
-
-
-def start_spark(app_name: str, settings: Settings) -> SparkSession:
-    """The job's session, once the root is known to be writable."""
-    check_root_writable(settings)
-    return build_spark(app_name, settings)
-
-
 def check_no_restore_in_progress(spark: SparkSession, settings: Settings, pipeline: str) -> None:
-    marker = settings.path(restore_marker(pipeline))
-    text = storage.read_text(spark, marker)
+    text = storage.read_text(spark, settings.path(restore_marker(pipeline)))
     if text is not None:
         raise RestoreInProgress(
             f"a checkpoint restore of pipeline {pipeline} is unfinished: {text}"
         )
 
 
-def write_summary(path: str | None, summary: dict[str, Any]) -> None:
-    log.info("SUMMARY %s", json.dumps(summary, sort_keys=True, default=str))
-    if path:
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(summary, handle, sort_keys=True, default=str)
-
-
-def run_job(
-    argv: Sequence[str] | None,
-    layer: str,
-    body: Callable[[JobContext], StreamResult],
+def run_layer(
+    argv: Sequence[str] | None, layer: Layer, body: Callable[[JobContext], StreamResult]
 ) -> int:
-    """Run one layer job; returns the process exit code (0 ok, 1 failed, 2 refused)."""
-    configure_logging()
-    try:
-        args = parse_args(sys.argv[1:] if argv is None else argv, layer)
-    except LakehouseError as exc:
-        refusal(exc)
-        return 2
-    started = datetime.now(UTC)
-    record = RunRecord(args.pipeline, layer, args.run_id, "started", started)
-    spark: SparkSession | None = None
-    exit_code = 0
-    try:
-        settings = job_settings(args.root)
-        pipeline = get_pipeline(args.pipeline)
+    """``main`` of a layer job: ``jobs/<layer>.py --pipeline <name> [run params]``."""
+
+    def run(job: JobRun, params: RunParams) -> None:
+        settings = job.load_settings()
+        pipeline = get_pipeline(job.args.pipeline)
         stream = pipeline.stream(layer)
-        args.params.check_against(pipeline)
-        spark = start_spark(f"lakehouse-{pipeline.name}-{layer}", settings)
-        record.spark_master = spark.sparkContext.master
-        ctx = JobContext(spark, settings, pipeline, stream, args)
-        owner = f"{pipeline.name}.{layer} run {args.run_id}"
-        locked = args.params.locked_tables(pipeline, layer)
-        with table_locks(settings, locked, owner, settings.lock_wait_s):
+        params.check_against(pipeline)
+        spark = job.start_spark(f"lakehouse-{pipeline.name}-{layer}")
+        ctx = JobContext(spark, settings, pipeline, stream, job.args, params)
+        owner = f"{pipeline.name}.{layer} run {job.args.run_id}"
+        record = job.new_record()
+        with table_locks(
+            settings, params.locked_tables(pipeline, layer), owner, settings.lock_wait_s
+        ):
             # A restore holds these locks while it works; one that died leaves its marker.
             check_no_restore_in_progress(spark, settings, pipeline.name)
             t0 = time.monotonic()
@@ -366,18 +446,15 @@ def run_job(
         record.rows_quarantined = result.rows_quarantined or ctx.counters.rows_quarantined
         record.source_start, record.source_end = result.source_start, result.source_end
         record.details = {"stream_s": round(time.monotonic() - t0, 3), **result.details}
-    except LakehouseError as exc:
-        exit_code, record.status, record.error = 2, "refused", refusal(exc)
-    except Exception as exc:
-        exit_code, record.status = 1, "failed"
-        record.error = f"{type(exc).__name__}: {str(exc)[:2000]}"
-        log.exception("%s %s failed", args.pipeline, layer)
-    finally:
-        record.ended_at = datetime.now(UTC)
-        if spark is not None:
-            try:
-                append_run_log(spark, settings, record)
-            except Exception:
-                log.exception("could not append to the run log")
-        write_summary(args.summary_file, record.summary())
-    return exit_code
+        job.log(record)
+
+    return run_main(
+        argv,
+        prog=layer.job,
+        description=f"Run the {layer} layer of a pipeline.",
+        layer=layer,
+        action="stream",
+        add_arguments=RunParams.add_arguments,
+        parse=RunParams.from_namespace,
+        body=run,
+    )

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 
 from jobs import faults
 from jobs.delta_writes import append_once, dml_transaction, last_commit_metrics, match_on
-from jobs.runtime import JobContext, StreamResult, checkpoint_query_id, run_job, run_stream
+from jobs.runtime import JobContext, StreamResult, checkpoint_query_id, run_layer, run_stream
 from jobs.tables import ensure_table
 from jobs.transforms import latest_per_key, newer_condition, with_state_columns
 from jobs.validation import (
@@ -36,7 +36,8 @@ from jobs.validation import (
     with_hints,
     with_validation,
 )
-from lakehouse.specs import PipelineSpec, TableSpec
+from lakehouse.params import Mode
+from lakehouse.specs import Layer, PipelineSpec, TableSpec
 
 log = logging.getLogger("lakehouse.silver")
 
@@ -122,9 +123,7 @@ def reprocess_window(ctx: JobContext, start: datetime, end: datetime) -> dict[st
     pipeline, upsert = ctx.pipeline, ctx.pipeline.upsert
     state_table, quarantine_table = (pipeline.table(t) for t in ctx.stream.targets)
     key = upsert.key
-    bronze_df = with_hints(
-        ctx.spark.read.format("delta").load(ctx.path(ctx.stream.source_table or ""))
-    )
+    bronze_df = with_hints(ctx.spark.read.format("delta").load(ctx.path(ctx.stream.sources[0])))
     in_window = (F.col(EVENT_TS_HINT) >= F.lit(start)) & (F.col(EVENT_TS_HINT) < F.lit(end))
     affected_df = (
         bronze_df.where(in_window & F.col(ORDER_ID_HINT).isNotNull())
@@ -191,7 +190,7 @@ def rebuild(ctx: JobContext) -> dict[str, int]:
     readers see the old table or the new one, never an empty or half-built one."""
     pipeline = ctx.pipeline
     state_table, quarantine_table = (pipeline.table(t) for t in ctx.stream.targets)
-    bronze_df = ctx.spark.read.format("delta").load(ctx.path(ctx.stream.source_table or ""))
+    bronze_df = ctx.spark.read.format("delta").load(ctx.path(ctx.stream.sources[0]))
     validated_df = with_validation(bronze_df, pipeline.record).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         state_df = latest_per_key(
@@ -215,7 +214,7 @@ def rebuild(ctx: JobContext) -> dict[str, int]:
 
 
 def body(ctx: JobContext) -> StreamResult:
-    source = ctx.pipeline.table(ctx.stream.source_table or "")
+    source = ctx.pipeline.table(ctx.stream.sources[0])
     for spec in (source, *(ctx.pipeline.table(t) for t in ctx.stream.targets)):
         ensure_table(ctx.spark, ctx.settings, spec)
     app_id = checkpoint_query_id(ctx.spark, ctx.checkpoint)
@@ -225,19 +224,19 @@ def body(ctx: JobContext) -> StreamResult:
     # in quarantine exactly once, and the checkpoint stays the only thing that moves it.
     result = run_stream(ctx, writer)
     result.rows_quarantined = ctx.counters.rows_quarantined
-    params = ctx.args.params
-    if params.mode == "reprocess":
+    params = ctx.params
+    if params.mode == Mode.REPROCESS:
         assert params.reprocess_from and params.reprocess_to
         result.details["reprocess"] = reprocess_window(
             ctx, params.reprocess_from, params.reprocess_to
         )
-    elif params.mode == "full_refresh":
+    elif params.mode == Mode.FULL_REFRESH:
         result.details["full_refresh"] = rebuild(ctx)
     return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_job(argv, "silver", body)
+    return run_layer(argv, Layer.SILVER, body)
 
 
 if __name__ == "__main__":

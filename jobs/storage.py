@@ -104,3 +104,27 @@ def rename(spark: SparkSession, source: str, target: str) -> None:
 def delete(spark: SparkSession, location: str) -> bool:
     fs, path = _fs_and_path(spark, location)
     return bool(fs.delete(path, True))
+
+
+class HadoopStorage:
+    """``lakehouse.fs.Storage`` over Hadoop's FileSystem: what the light side reads, read
+    inside a job with the job's own file system settings (s3a credentials included)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+
+    def list_names(self, location: str) -> list[str]:
+        return list_names(self.spark, location)
+
+    def read_text(self, location: str) -> str | None:
+        return read_text(self.spark, location)
+
+    def file_sizes(self, location: str) -> dict[str, int]:
+        fs, path = _fs_and_path(self.spark, location)
+        if not fs.exists(path):
+            return {}
+        return {
+            str(status.getPath().getName()): int(status.getLen())
+            for status in fs.listStatus(path)
+            if status.isFile()
+        }

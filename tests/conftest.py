@@ -1,34 +1,41 @@
-"""Shared fixtures: one Spark JVM per session, a fresh lakehouse root per test.
+"""Shared fixtures: one Spark JVM per session, a fresh lakehouse root per test, the local
+services. Nothing heavy is imported at module level: the unit tests never start a JVM.
 
-Layer jobs run in-process through their ``main(argv)`` (the same entry point spark-submit
-calls), against the session's Spark; the end-to-end tests run them through Airflow and
-spark-submit instead.
+Each folder marks its tests (``unit``, ``spark``, ``e2e``), so ``pytest -m unit`` or
+``pytest tests/unit`` picks the fast ones.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
 
-from jobs.session import build_spark
-from lakehouse.local import services
-from lakehouse.sample_data import write_landing_file
 from lakehouse.settings import Settings
-from tests.oracle import GOLD_COLUMNS, SILVER_COLUMNS
 
-PROJECT_DIR = Path(__file__).resolve().parents[1]
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakehouse.local.services import KafkaPorts
+    from tests.lake import Lake
 
 # PySpark turns timestamps into naive datetimes in the Python process's zone; pin it to UTC.
 os.environ["TZ"] = "UTC"
 time.tzset()
+
+_FOLDER_MARKERS = {"unit": "unit", "spark": "spark", "e2e": "e2e"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        folder = Path(str(item.fspath)).parent.name
+        marker = _FOLDER_MARKERS.get(folder)
+        if marker:
+            item.add_marker(marker)
 
 
 @pytest.fixture(scope="session")
@@ -42,100 +49,19 @@ def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 
 @pytest.fixture(scope="session")
 def spark(base_settings: Settings) -> Iterator[SparkSession]:
+    from jobs.session import build_spark
+
     session = build_spark("lakehouse-tests", base_settings, master="local[2]")
     yield session
     session.stop()
-
-
-def _hashable(value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(value)
-    if isinstance(value, bytearray):
-        return bytes(value)
-    return value
-
-
-@dataclass
-class Lake:
-    """A lakehouse root under ``tmp_path`` and helpers to feed it and run layers."""
-
-    spark: SparkSession
-    settings: Settings
-    monkeypatch: pytest.MonkeyPatch
-
-    @property
-    def root(self) -> Path:
-        return Path(self.settings.root)
-
-    def land(self, content: bytes | list[bytes], name: str | None = None) -> Path:
-        if isinstance(content, list):
-            content = b"\n".join(content) + b"\n"
-        return write_landing_file(self.root / "landing" / "orders", content, name)
-
-    def run(self, layer: str, *args: str, fault: str | None = None) -> int:
-        from jobs import bronze, gold, silver
-
-        module = {"bronze": bronze, "silver": silver, "gold": gold}[layer]
-        if fault:
-            self.monkeypatch.setenv("LAKEHOUSE_FAULT", fault)
-        else:
-            self.monkeypatch.delenv("LAKEHOUSE_FAULT", raising=False)
-        try:
-            return int(module.main(["--pipeline", "orders", "--root", str(self.root), *args]))
-        finally:
-            self.monkeypatch.delenv("LAKEHOUSE_FAULT", raising=False)
-
-    def run_all(self, *args: str) -> None:
-        for layer in ("bronze", "silver", "gold"):
-            assert self.run(layer, *args) == 0, f"{layer} failed"
-
-    def table(self, name: str) -> DataFrame:
-        return self.spark.read.format("delta").load(self.settings.path(name))
-
-    def rows(self, name: str, columns: tuple[str, ...] | list[str] | None = None) -> list[Any]:
-        df = self.table(name)
-        return [
-            tuple(_hashable(v) for v in row)
-            for row in df.select(*(columns or df.columns)).collect()
-        ]
-
-    def silver(self) -> dict[str, tuple]:
-        return {row[0]: row for row in self.rows("silver/orders", SILVER_COLUMNS)}
-
-    def gold(self) -> dict[tuple, tuple]:
-        return {(row[0], row[1]): row for row in self.rows("gold/sales_hourly", GOLD_COLUMNS)}
-
-    def contract_view(self) -> dict[str, Any]:
-        """The tables as the contract speaks of them; compare with ``oracle.comparable``."""
-        return {
-            "bronze": Counter(r[0] for r in self.rows("bronze/orders_events", ["raw_value"])),
-            "quarantine": Counter(self.rows("silver/orders_quarantine", ["raw_value", "reason"])),
-            "silver": self.silver(),
-            "gold": self.gold(),
-        }
-
-    def snapshot(self) -> dict[str, Any]:
-        """Everything a rerun must leave unchanged (volatile ingest times excluded)."""
-        return {
-            **self.contract_view(),
-            "bronze_lineage": Counter(
-                self.rows("bronze/orders_events", ["raw_value", "raw_bytes", "source_file"])
-            ),
-            "quarantine_lineage": Counter(
-                self.rows("silver/orders_quarantine", ["raw_value", "reasons", "source_file"])
-            ),
-        }
-
-    def version(self, table: str) -> int:
-        from deltalake import DeltaTable
-
-        return int(DeltaTable(self.settings.path(table)).version())
 
 
 @pytest.fixture
 def lake(
     spark: SparkSession, base_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Lake:
+    from tests.lake import Lake
+
     settings = base_settings.with_root(tmp_path / "lake")
     monkeypatch.setenv("LAKEHOUSE_SHUFFLE_PARTITIONS", "2")
     monkeypatch.setenv("LAKEHOUSE_ORDERS_SOURCE", "file")
@@ -143,13 +69,28 @@ def lake(
 
 
 @pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[services.KafkaPorts]:
+def kafka_broker() -> Iterator[KafkaPorts]:
     """The local Kafka broker (`make kafka-up`), started if it is not running and stopped
     again at the end if this session started it. A broker that cannot start fails the
     tests that need it: they never skip."""
+    from lakehouse.local import services
+
     settings = Settings.from_env()
     was_up = services.is_up(settings, "kafka")
     services.up(settings, "kafka")
     yield services.kafka_ports(settings)
     if not was_up:
         services.down(settings, "kafka")
+
+
+@pytest.fixture(scope="session")
+def spark_cluster() -> Iterator[str]:
+    """The local standalone master and worker (`make spark-up`), started if not running."""
+    from lakehouse.local import services
+
+    settings = Settings.from_env()
+    was_up = services.is_up(settings, "spark")
+    services.up(settings, "spark")
+    yield services.SPARK_MASTER_URL
+    if not was_up:
+        services.down(settings, "spark")

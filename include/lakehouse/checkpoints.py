@@ -1,11 +1,12 @@
-"""Streaming checkpoints read without Spark: offsets, positions, backup manifests.
+"""Streaming checkpoints, read in one place and without Spark.
 
 A checkpoint (``<root>/_checkpoints/<table>``) holds ``metadata`` (the query id, which is also
 the Delta transaction id of every write the query makes), ``offsets/<n>`` (the end offsets of
 batch ``n``, written before the batch runs), ``commits/<n>`` (written after it committed) and,
-for a file source, ``sources/``. Maintenance reads them to learn which table versions a
-stream still needs (VACUUM must keep them) and to back them up with a manifest of everything
-they must agree with.
+for some sources, ``sources/<i>/`` (a file source's log of the files it took; a Kafka source's
+starting offsets). ``Checkpoint`` reads all of it over any ``lakehouse.fs.Storage``: the local
+disk, an object store, or Spark's Hadoop file system inside a job. If Spark changes its
+offset-log format, this is the one place to change.
 
 Invariant between a checkpoint and a table it writes (``T`` the table's transaction version
 for the query, ``C`` the last committed batch, ``O`` the last planned one, ``O`` = ``C`` or
@@ -18,65 +19,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlparse
 
-from lakehouse.specs import PipelineSpec, StreamSpec
-
-BACKUP_DIR = "_backups"
-MANIFEST = "manifest.json"
-MANIFEST_FORMAT = 1
-BACKUP_ID_FORMAT = "%Y%m%dT%H%M%S%fZ"
-
-
-def backups_root(pipeline: str) -> str:
-    """Backups of a pipeline's checkpoints, relative to the root; outside every table."""
-    return f"{BACKUP_DIR}/{pipeline}"
-
-
-def backup_dir(pipeline: str, backup_id: str) -> str:
-    return f"{backups_root(pipeline)}/{backup_id}"
-
-
-def restore_marker(pipeline: str) -> str:
-    """Present while a restore of this pipeline runs (and after one that died): every layer
-    job of the pipeline refuses to start until the restore is finished."""
-    return f"{backups_root(pipeline)}/restore-in-progress.json"
-
-
-def new_backup_id(now: datetime | None = None) -> str:
-    return (now or datetime.now(UTC)).strftime(BACKUP_ID_FORMAT)
-
-
-def is_backup_id(text: str) -> bool:
-    try:
-        datetime.strptime(text, BACKUP_ID_FORMAT)
-    except ValueError:
-        return False
-    return True
-
-
-def backups_to_drop(backup_ids: Sequence[str], keep: int) -> list[str]:
-    """The oldest backups beyond the newest ``keep`` (ids sort by time)."""
-    ordered = sorted(b for b in backup_ids if is_backup_id(b))
-    return ordered[: max(0, len(ordered) - keep)]
-
-
-def downstream_streams(pipeline: PipelineSpec, stream: StreamSpec) -> list[StreamSpec]:
-    """Every stream that reads what ``stream`` writes, directly or further down."""
-    found: list[StreamSpec] = []
-    frontier = list(stream.targets)
-    while frontier:
-        table = frontier.pop(0)
-        for consumer in pipeline.consumers_of(table):
-            if consumer not in found and consumer != stream:
-                found.append(consumer)
-                frontier.extend(consumer.targets)
-    return found
-
-
-# -- offsets ----------------------------------------------------------------------------------
+from lakehouse.errors import CheckpointInconsistent
+from lakehouse.fs import Storage
 
 
 @dataclass(frozen=True)
@@ -87,15 +35,31 @@ class OffsetEntry:
     metadata: Mapping[str, Any]
     sources: tuple[Mapping[str, Any] | None, ...]
 
+    def source(self, index: int = 0) -> Mapping[str, Any] | None:
+        return self.sources[index] if index < len(self.sources) else None
+
 
 def parse_offsets(batch_id: int, text: str) -> OffsetEntry:
     """Parse Spark's offset log format: a ``v1`` line, the metadata, one line per source."""
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines or not lines[0].startswith("v"):
-        raise ValueError(f"offsets/{batch_id} is not a Spark offset log entry")
-    metadata = json.loads(lines[1]) if len(lines) > 1 else {}
-    sources = tuple(None if line.strip() == "-" else json.loads(line) for line in lines[2:])
+        raise CheckpointInconsistent(f"offsets/{batch_id} is not a Spark offset log entry.")
+    try:
+        metadata = json.loads(lines[1]) if len(lines) > 1 else {}
+        sources = tuple(None if line.strip() == "-" else json.loads(line) for line in lines[2:])
+    except ValueError:
+        raise CheckpointInconsistent(f"offsets/{batch_id} is damaged (not JSON).") from None
     return OffsetEntry(batch_id, metadata, sources)
+
+
+def parse_query_id(text: str) -> str:
+    return str(json.loads(text.splitlines()[0])["id"])
+
+
+def batch_ids(names: Sequence[str]) -> tuple[int, ...]:
+    """Batch ids among file names of ``offsets/`` or ``commits/`` (checksums, temp files
+    and anything else skipped)."""
+    return tuple(sorted(int(n) for n in names if n.isdigit()))
 
 
 @dataclass(frozen=True)
@@ -119,6 +83,12 @@ class DeltaPosition:
             index=int(offset.get("index", -1)),
             is_starting_version=bool(offset.get("isStartingVersion", False)),
         )
+
+    @property
+    def next_unread_version(self) -> int:
+        """The first version none of whose changes has been read yet."""
+        partly_read = self.is_starting_version or self.index != -1
+        return self.reservoir_version + 1 if partly_read else self.reservoir_version
 
 
 @dataclass(frozen=True)
@@ -147,14 +117,66 @@ class CheckpointLog:
         return min(self.offsets) if self.offsets else None
 
 
-def batch_ids(names: Sequence[str]) -> tuple[int, ...]:
-    """Batch ids among file names of ``offsets/`` or ``commits/`` (checksums, temp files
-    and anything else skipped)."""
-    return tuple(sorted(int(n) for n in names if n.isdigit()))
+@dataclass(frozen=True)
+class Checkpoint:
+    """One streaming checkpoint at ``location``, read through ``storage``."""
 
+    storage: Storage
+    location: str
 
-def parse_query_id(text: str) -> str:
-    return str(json.loads(text.splitlines()[0])["id"])
+    def path(self, relative: str) -> str:
+        return f"{self.location.rstrip('/')}/{relative}"
+
+    def query_id(self) -> str | None:
+        text = self.storage.read_text(self.path("metadata"))
+        return parse_query_id(text) if text else None
+
+    def log(self) -> CheckpointLog:
+        return CheckpointLog(
+            query_id=self.query_id(),
+            offsets=batch_ids(self.storage.list_names(self.path("offsets"))),
+            commits=batch_ids(self.storage.list_names(self.path("commits"))),
+        )
+
+    def offsets(self, batch_id: int) -> OffsetEntry:
+        text = self.storage.read_text(self.path(f"offsets/{batch_id}"))
+        if text is None:
+            raise CheckpointInconsistent(
+                f"the checkpoint {self.location} has no offsets/{batch_id}."
+            )
+        return parse_offsets(batch_id, text)
+
+    def committed_offsets(self, log: CheckpointLog | None = None) -> OffsetEntry | None:
+        """The end offsets of the last committed batch: where the next batch starts."""
+        last = (log or self.log()).last_commit
+        return None if last is None else self.offsets(last)
+
+    def resume_offsets(self, log: CheckpointLog | None = None) -> OffsetEntry | None:
+        """The offsets of the resume batch (see ``CheckpointLog.resume_batch``)."""
+        batch = (log or self.log()).resume_batch
+        return None if batch is None else self.offsets(batch)
+
+    def initial_offset(self, source: int = 0) -> str | None:
+        """What ``sources/<source>/0`` holds: a source's starting offsets (Kafka), as JSON
+        text after Spark's version prefix; None when there is none."""
+        text = self.storage.read_text(self.path(f"sources/{source}/0"))
+        if text is None or "{" not in text:
+            return None
+        return text[text.index("{") :]
+
+    def files_read(self, source: int = 0) -> set[str]:
+        """Paths a file source has already taken (its log under ``sources/<source>``),
+        as plain paths (URI scheme and escapes removed)."""
+        folder = self.path(f"sources/{source}")
+        seen: set[str] = set()
+        for name in self.storage.list_names(folder):
+            if not name.split(".")[0].isdigit():
+                continue
+            text = self.storage.read_text(f"{folder}/{name}") or ""
+            for line in text.splitlines()[1:]:
+                if line.strip():
+                    seen.add(unquote(urlparse(json.loads(line)["path"]).path))
+        return seen
 
 
 def txn_problem(
@@ -170,91 +192,3 @@ def txn_problem(
             f"{planned}: the checkpoint is older than its table"
         )
     return None
-
-
-# -- manifests --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SinkState:
-    """A table a stream writes, as it stood when the checkpoint was copied."""
-
-    table: str
-    table_id: str
-    version: int
-    txn_version: int | None  # the table's transaction version for the query id
-
-
-@dataclass(frozen=True)
-class SourceState:
-    """Where the stream stood in its source (``kind`` delta, file or kafka)."""
-
-    kind: str
-    table: str | None = None
-    table_id: str | None = None
-    version_at_backup: int | None = None
-    position: Mapping[str, Any] | None = None  # the raw offset the next run starts from
-
-
-@dataclass(frozen=True)
-class StreamBackup:
-    layer: str
-    checkpoint: str  # relative to the root
-    query_id: str
-    last_offsets: int | None
-    last_commit: int | None
-    files: Mapping[str, int]  # checkpoint file (relative) -> size in bytes
-    sources: tuple[SourceState, ...]
-    sinks: tuple[SinkState, ...]
-
-    @property
-    def resume_position(self) -> DeltaPosition | None:
-        for source in self.sources:
-            if source.kind == "delta":
-                return DeltaPosition.from_offset(source.position)
-        return None
-
-
-@dataclass(frozen=True)
-class BackupManifest:
-    """What a backup's checkpoints must agree with, written next to the copies."""
-
-    backup_id: str
-    pipeline: str
-    created_at: str
-    code_version: str
-    spark_version: str
-    delta_version: str
-    streams: Mapping[str, StreamBackup] = field(default_factory=dict)
-    format: int = MANIFEST_FORMAT
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> BackupManifest:
-        data = json.loads(text)
-        if data.get("format") != MANIFEST_FORMAT:
-            raise ValueError(f"unknown manifest format {data.get('format')!r}")
-        streams = {
-            layer: StreamBackup(
-                layer=s["layer"],
-                checkpoint=s["checkpoint"],
-                query_id=s["query_id"],
-                last_offsets=s["last_offsets"],
-                last_commit=s["last_commit"],
-                files=dict(s["files"]),
-                sources=tuple(SourceState(**src) for src in s["sources"]),
-                sinks=tuple(SinkState(**sink) for sink in s["sinks"]),
-            )
-            for layer, s in data["streams"].items()
-        }
-        return cls(
-            backup_id=data["backup_id"],
-            pipeline=data["pipeline"],
-            created_at=data["created_at"],
-            code_version=data["code_version"],
-            spark_version=data["spark_version"],
-            delta_version=data["delta_version"],
-            streams=streams,
-        )

@@ -2,16 +2,21 @@
 
 A job's ``main`` turns a ``LakehouseError`` into exit code 2 and one readable line
 (``ERROR [ClassName] message``) instead of a stack trace, so the Airflow task log ends
-with the cause and the fix.
+with the cause and the fix. ``retryable`` says whether a later attempt can succeed without
+anybody changing anything (a busy lock, a broker that is down); the Airflow operator fails a
+task at once for the others instead of retrying it.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 
 class LakehouseError(Exception):
     """Base class. ``hint`` tells the operator what to do next."""
 
     hint: str = ""
+    retryable: ClassVar[bool] = False
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -25,6 +30,24 @@ class LakehouseError(Exception):
     def __str__(self) -> str:
         message = super().__str__()
         return f"{message} What to do: {self.hint}" if self.hint else message
+
+
+def error_class(code: str) -> type[LakehouseError] | None:
+    """The named error whose ``code`` (class name) this is, if any."""
+    pending: list[type[LakehouseError]] = [LakehouseError]
+    while pending:
+        cls = pending.pop()
+        if cls.__name__ == code:
+            return cls
+        pending.extend(cls.__subclasses__())
+    return None
+
+
+def is_retryable(code: str | None) -> bool:
+    """Whether a failure with this code may succeed on a retry. Anything that is not a named
+    error (a crash, a lost executor) is retried: the jobs are idempotent."""
+    cls = error_class(code) if code else None
+    return cls is None or cls.retryable
 
 
 class ConfigurationError(LakehouseError):
@@ -49,6 +72,7 @@ class LakehouseRootNotWritable(LakehouseError):
 
 
 class SparkMasterUnreachable(LakehouseError):
+    retryable = True
     hint = (
         "Start the local standalone cluster with `make spark-up`, or set LAKEHOUSE_SPARK_MASTER "
         "to a master that answers (unset it to run on local Spark)."
@@ -60,6 +84,7 @@ class InvalidRunParams(LakehouseError):
 
 
 class SourceUnavailable(LakehouseError):
+    retryable = True
     hint = "Check that the source (Kafka broker or landing folder) is reachable and run again."
 
 
@@ -85,16 +110,17 @@ class RestoreInProgress(LakehouseError):
 
 
 class ConcurrentRun(LakehouseError):
+    retryable = True
     hint = (
-        "Another run holds this checkpoint. Wait for it to finish; if its process is gone, the "
-        "lock expires by itself after its lease."
+        "Another job holds the write lock of this table. Wait for it to finish: the lock is "
+        "released when its holder's process ends, however it ends."
     )
 
 
 class KafkaTopicNotFound(LakehouseError):
     hint = (
-        "Create the topic, or fix the pipeline's topics (LAKEHOUSE_ORDERS_KAFKA_TOPICS, or the "
-        "declaration in lakehouse.pipelines); nothing was read."
+        "Create the topic, or fix the pipeline's topics (LAKEHOUSE_<PIPELINE>_KAFKA_TOPICS, or "
+        "its declaration); nothing was read."
     )
 
 

@@ -13,29 +13,38 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from functools import cache
+from importlib.metadata import version
 from pathlib import Path
 
 from lakehouse.errors import JarsMissing
 from lakehouse.settings import Settings
 
-SPARK_VERSION = "4.1.1"
+# Spark and Delta are the installed Python packages' versions (the lock pins them); the
+# broker is only a test and development service, pinned here.
 SCALA_BINARY = "2.13"
-DELTA_VERSION = "4.4.0"
 KAFKA_BROKER_VERSION = "4.1.1"
 
-# Delta publishes one jar per Spark minor version: delta-spark_<spark minor>_<scala>.
-_SPARK_MINOR = ".".join(SPARK_VERSION.split(".")[:2])
-JAR_SETS: dict[str, tuple[str, ...]] = {
-    "spark": (
-        f"io.delta:delta-spark_{_SPARK_MINOR}_{SCALA_BINARY}:{DELTA_VERSION}",
-        f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{SPARK_VERSION}",
-    ),
-    "kafka": (
-        f"org.apache.kafka:kafka_{SCALA_BINARY}:{KAFKA_BROKER_VERSION}",
-        "org.apache.logging.log4j:log4j-slf4j2-impl:2.24.3",
-        "org.slf4j:slf4j-api:2.0.17",
-    ),
-}
+
+@cache
+def jar_sets() -> dict[str, tuple[str, ...]]:
+    """Maven coordinates per jar set, for the installed Spark and Delta."""
+    spark = version("pyspark")
+    delta = version("delta-spark")
+    # Delta publishes one jar per Spark minor version: delta-spark_<spark minor>_<scala>.
+    spark_minor = ".".join(spark.split(".")[:2])
+    return {
+        "spark": (
+            f"io.delta:delta-spark_{spark_minor}_{SCALA_BINARY}:{delta}",
+            f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{spark}",
+        ),
+        "kafka": (
+            f"org.apache.kafka:kafka_{SCALA_BINARY}:{KAFKA_BROKER_VERSION}",
+            "org.apache.logging.log4j:log4j-slf4j2-impl:2.24.3",
+            "org.slf4j:slf4j-api:2.0.17",
+        ),
+    }
+
 
 # Some parent POMs name extra repositories; only Maven Central is reachable and trusted.
 _MAVEN_SETTINGS = """<settings>
@@ -47,14 +56,14 @@ _MAVEN_SETTINGS = """<settings>
 
 
 def jar_dir(settings: Settings, jar_set: str) -> Path:
-    return settings.jars_dir / jar_set
+    return settings.jar_cache / jar_set
 
 
 def jar_files(settings: Settings, jar_set: str) -> list[Path]:
     """The cached jars of ``jar_set``; raises ``JarsMissing`` if setup has not resolved them."""
     directory = jar_dir(settings, jar_set)
     marker = directory / ".resolved"
-    if not marker.exists() or marker.read_text().split() != list(JAR_SETS[jar_set]):
+    if not marker.exists() or marker.read_text().split() != list(jar_sets()[jar_set]):
         raise JarsMissing(f"The {jar_set} jars are not resolved in {directory}.")
     return sorted(directory.glob("*.jar"))
 
@@ -94,7 +103,7 @@ def resolve(settings: Settings, jar_set: str, maven_repo: Path) -> list[Path]:
         return jar_files(settings, jar_set)
     except JarsMissing:
         pass
-    coordinates = JAR_SETS[jar_set]
+    coordinates = jar_sets()[jar_set]
     target = jar_dir(settings, jar_set)
     if shutil.which("mvn") is None:
         raise JarsMissing("Maven (mvn) is needed once to resolve jars.", "Install Maven and rerun.")
@@ -139,6 +148,6 @@ def resolve(settings: Settings, jar_set: str, maven_repo: Path) -> list[Path]:
 
 def resolve_all(settings: Settings) -> None:
     maven_repo = settings.project_dir / ".cache" / "m2"
-    for jar_set in JAR_SETS:
+    for jar_set in jar_sets():
         files = resolve(settings, jar_set, maven_repo)
         print(f"{jar_set} jars: {len(files)} in {jar_dir(settings, jar_set)}")

@@ -36,7 +36,7 @@ def _java_identity() -> str:
 def cds_archive_path(settings: Settings) -> Path:
     import importlib.metadata
 
-    marker = settings.jars_dir / "spark" / ".resolved"
+    marker = settings.jar_cache / "spark" / ".resolved"
     identity = "|".join(
         [
             _java_identity(),

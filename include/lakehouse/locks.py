@@ -83,8 +83,8 @@ def table_locks(
 ) -> Iterator[None]:
     """Hold the write locks of ``tables`` (taken in a fixed order: no deadlocks)."""
     if not settings.root_is_local:
-        # Object stores have no lock this process could hold; Airflow's one-slot pools
-        # (see README, 'Going to a cluster') keep writers of a table apart there.
+        # A kernel lock holds on one machine only; on an object store the writers of a table
+        # are kept apart only by Airflow (one task instance per layer task at a time).
         log.warning("no table lock on %s: writers must be kept apart by Airflow", settings.root)
         yield
         return

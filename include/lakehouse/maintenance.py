@@ -1,8 +1,7 @@
 """Maintenance policies: when OPTIMIZE pays, how long VACUUM keeps files, what a run does.
 
-Plain Python, no Spark: the maintenance job (``jobs/maintenance.py``) measures a table and
-asks these functions what to do; the DAG validates its params with the same code, and the
-tests check the rules without a JVM.
+Plain Python, no Spark: the maintenance actions (``jobs/actions/``) measure a table and ask
+these functions what to do, and the tests check the rules without a JVM.
 
 * **OPTIMIZE when it pays.** A partition is compacted when something was written to it since
   the last OPTIMIZE and it holds at least ``min_small_files`` files smaller than
@@ -20,20 +19,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
-from lakehouse.errors import InvalidRunParams, RetentionBelowFloor
+from lakehouse.params import check_retention_floor
 from lakehouse.pipelines import RUN_LOG
 from lakehouse.specs import PipelineSpec, TableSpec, schema_fields
 
-ACTIONS = ("optimize", "vacuum", "backup")
-DEFAULT_RETENTION_HOURS = 168
-MAX_RETENTION_HOURS = 24 * 365 * 10
-DEFAULT_KEEP_BACKUPS = 7
-MAX_KEEP_BACKUPS = 1000
 MIB = 1024 * 1024
 
 # Delta's default for delta.deletedFileRetentionDuration ("interval 1 week").
@@ -90,114 +83,6 @@ def human_duration(seconds: float) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
-# -- parameters --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MaintenanceParams:
-    """What one maintenance run does; parsed the same way by the DAG and by the job."""
-
-    actions: tuple[str, ...] = ACTIONS
-    tables: tuple[str, ...] = ()  # empty: every maintained table
-    retention_hours: int = DEFAULT_RETENTION_HOURS
-    dry_run: bool = False
-    keep_backups: int = DEFAULT_KEEP_BACKUPS
-
-    @classmethod
-    def parse(
-        cls, raw: Mapping[str, Any], pipeline: PipelineSpec, floor_hours: float
-    ) -> MaintenanceParams:
-        """Check ``raw``; every problem is reported at once and nothing has run."""
-        problems: list[str] = []
-        unknown = sorted(set(raw) - {f.name for f in fields(cls)})
-        if unknown:
-            problems.append(f"unknown parameters {unknown}")
-        actions = _choice_list("actions", raw.get("actions"), ACTIONS, problems)
-        known_tables = tuple(t.name for t in maintained_tables(pipeline))
-        tables = _choice_list("tables", raw.get("tables"), known_tables, problems, empty_ok=True)
-        retention = raw.get("retention_hours", DEFAULT_RETENTION_HOURS)
-        if retention is None:
-            retention = DEFAULT_RETENTION_HOURS
-        if isinstance(retention, bool) or not isinstance(retention, int):
-            problems.append(f"retention_hours={retention!r} is not a whole number of hours")
-            retention = DEFAULT_RETENTION_HOURS
-        elif retention > MAX_RETENTION_HOURS:
-            problems.append(f"retention_hours={retention} is above {MAX_RETENTION_HOURS}")
-        keep = raw.get("keep_backups", DEFAULT_KEEP_BACKUPS)
-        if keep is None:
-            keep = DEFAULT_KEEP_BACKUPS
-        if isinstance(keep, bool) or not isinstance(keep, int) or not 1 <= keep <= MAX_KEEP_BACKUPS:
-            problems.append(f"keep_backups={keep!r} is not a number in 1..{MAX_KEEP_BACKUPS}")
-            keep = DEFAULT_KEEP_BACKUPS
-        dry_run = raw.get("dry_run", False)
-        if not isinstance(dry_run, bool):
-            problems.append(f"dry_run={dry_run!r} is not true or false")
-        if problems:
-            raise InvalidRunParams("Refused to run: " + "; ".join(problems) + ".")
-        check_retention_floor(retention, floor_hours)
-        return cls(
-            actions=actions,
-            tables=tables,
-            retention_hours=retention,
-            dry_run=bool(dry_run),
-            keep_backups=keep,
-        )
-
-    def selected(self, pipeline: PipelineSpec) -> tuple[TableSpec, ...]:
-        return tuple(
-            t for t in maintained_tables(pipeline) if not self.tables or t.name in self.tables
-        )
-
-    def job_args(self, actions: Sequence[str] | None = None) -> list[str]:
-        """Arguments for ``jobs/maintenance.py`` that carry these params (``actions``: only
-        these, e.g. one DAG task's)."""
-        args = ["--actions", ",".join(self.actions if actions is None else actions)]
-        args += ["--retention-hours", str(self.retention_hours)]
-        args += ["--keep-backups", str(self.keep_backups)]
-        if self.tables:
-            args += ["--tables", ",".join(self.tables)]
-        if self.dry_run:
-            args.append("--dry-run")
-        return args
-
-    def describe(self) -> str:
-        tables = ", ".join(self.tables) if self.tables else "every table"
-        what = f"{', '.join(self.actions)} on {tables}; VACUUM keeps {self.retention_hours} h"
-        return f"{what} (dry run: nothing changes)" if self.dry_run else what
-
-
-def _choice_list(
-    name: str,
-    value: Any,
-    allowed: Sequence[str],
-    problems: list[str],
-    *,
-    empty_ok: bool = False,
-) -> tuple[str, ...]:
-    if value is None:
-        return () if empty_ok else tuple(allowed)
-    if isinstance(value, str):
-        value = [v for v in value.split(",") if v]
-    if not isinstance(value, Sequence):
-        problems.append(f"{name}={value!r} is not a list")
-        return ()
-    unknown = [v for v in value if v not in allowed]
-    if unknown:
-        problems.append(f"{name} {unknown} are not among {', '.join(allowed)}")
-    chosen = tuple(v for v in allowed if v in value)
-    if not chosen and not empty_ok:
-        problems.append(f"{name} is empty: choose at least one of {', '.join(allowed)}")
-    return chosen
-
-
-def check_retention_floor(retention_hours: float, floor_hours: float) -> None:
-    if retention_hours < floor_hours:
-        raise RetentionBelowFloor(
-            f"VACUUM retention {retention_hours} h is below the floor of {floor_hours:g} h "
-            "(LAKEHOUSE_VACUUM_FLOOR_HOURS); nothing was changed."
-        )
-
-
 # -- OPTIMIZE ---------------------------------------------------------------------------------
 
 
@@ -212,6 +97,10 @@ class OptimizePolicy:
     def __post_init__(self) -> None:
         if self.small_file_bytes < 1 or self.min_small_files < 2:
             raise ValueError("small_file_bytes >= 1 and min_small_files >= 2")
+
+    @classmethod
+    def of(cls, small_file_mb: float, min_small_files: int) -> OptimizePolicy:
+        return cls(round(small_file_mb * MIB), min_small_files)
 
 
 @dataclass(frozen=True)

@@ -1,188 +1,445 @@
-"""Run parameters of a pipeline run, checked the same way by the DAG and by the jobs.
+"""Run parameters, declared once: each parameter set is one typed model.
 
-The DAG's ``Param`` JSON schema rejects malformed values before a run is created; this module
-checks them again (jobs can be started without Airflow) and checks what a schema cannot:
-that a window ends after it starts, that a mode fits its parameters. Every problem is
-reported at once in one ``InvalidRunParams``, and nothing has run when it is raised.
+From a model come the three places a parameter shows up, so they cannot drift apart:
+
+* the DAG's ``Param`` JSON schema (``param_schemas``): the trigger form refuses malformed
+  values before a run is created;
+* the jobs' command line (``add_arguments`` / ``from_namespace``, and ``job_args`` to build
+  it): jobs can be started without Airflow, and check everything again;
+* the checks a schema cannot make (a window that ends before it starts, a mode that does not
+  fit its parameters): the model's validators.
+
+Every problem is reported at once in one ``InvalidRunParams``, and nothing has run when it is
+raised. Three sets: ``RunParams`` (a pipeline run), ``MaintenanceParams`` and
+``RestoreParams``.
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any
+from enum import Enum, StrEnum
+from typing import Annotated, Any, get_args
 
-from lakehouse.errors import InvalidRunParams
-from lakehouse.specs import PipelineSpec
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
 
-MODES = ("incremental", "reprocess", "full_refresh")
-LAYERS = ("bronze", "silver", "gold")
-MAX_FILES_PER_TRIGGER = 100_000
-MAX_OFFSETS_PER_TRIGGER = 50_000_000
+from lakehouse.backups import BACKUP_ID_PATTERN
+from lakehouse.errors import InvalidRunParams, RetentionBelowFloor
+from lakehouse.specs import Layer, PipelineSpec, TableSpec
 
-# ISO-8601 with a zone, as the contract's windows require; no spaces, no paths, no quotes.
-ISO_WITH_ZONE_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})$"
+# ISO-8601 with a zone, years 1970..2999 (so that every accepted instant converts to UTC and
+# back without overflow); no spaces, no paths, no quotes.
+ISO_WITH_ZONE_PATTERN = (
+    r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    r"T([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]{1,6})?)?"
+    r"(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+)
 _ISO_WITH_ZONE = re.compile(ISO_WITH_ZONE_PATTERN)
 
 
-def parse_instant(name: str, value: Any, problems: list[str]) -> datetime | None:
-    if value in (None, ""):
-        return None
+class Mode(StrEnum):
+    """What a pipeline run does to silver and gold."""
+
+    INCREMENTAL = "incremental"
+    REPROCESS = "reprocess"
+    FULL_REFRESH = "full_refresh"
+
+
+class Action(StrEnum):
+    """The maintenance actions, in the order a maintenance run takes them."""
+
+    OPTIMIZE = "optimize"
+    VACUUM = "vacuum"
+    BACKUP = "backup"
+
+
+def parse_instant(value: Any) -> datetime:
+    """An ISO-8601 time with a zone (``2026-11-01T00:00:00Z``) as an aware datetime."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError(f"{value!r} has no zone")
+        return value
     if not isinstance(value, str) or not _ISO_WITH_ZONE.match(value):
-        problems.append(
-            f"{name}={value!r} is not an ISO-8601 time with a zone (2026-11-01T00:00:00Z)"
-        )
-        return None
+        raise ValueError(f"{value!r} is not an ISO-8601 time with a zone (2026-11-01T00:00:00Z)")
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        problems.append(f"{name}={value!r} is not a real date and time")
-        return None
+        raise ValueError(f"{value!r} is not a real date and time") from None
 
 
-def _bounded_int(name: str, value: Any, high: int, problems: list[str]) -> int | None:
-    if value in (None, ""):
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        problems.append(f"{name}={value!r} is not an integer")
-        return None
-    if not 1 <= value <= high:
-        problems.append(f"{name}={value} is outside 1..{high}")
-        return None
+Instant = Annotated[
+    datetime,
+    BeforeValidator(parse_instant),
+    WithJsonSchema({"type": "string", "format": "date-time", "pattern": ISO_WITH_ZONE_PATTERN}),
+]
+
+
+def _meta(section: str, jobs: Sequence[str] | str = "all") -> dict[str, Any]:
+    """Field metadata: its section of the trigger form, and which jobs take it on their
+    command line (``all``, a list of layers, or ``()`` for none)."""
+    return {"section": section, "jobs": jobs if isinstance(jobs, str) else [str(j) for j in jobs]}
+
+
+# -- the generic part -------------------------------------------------------------------------
+
+
+class ParamsModel(BaseModel):
+    """A parameter set: strict types, unknown names refused, every problem reported at once."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> Any:
+        """Check ``raw`` (JSON-like values: a trigger form, a DAG run's conf)."""
+        values = {k: v for k, v in raw.items() if v is not None}
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            raise InvalidRunParams(
+                "Refused to run: " + "; ".join(cls._problems(exc, values)) + "."
+            ) from None
+
+    @classmethod
+    def _problems(cls, exc: ValidationError, raw: Mapping[str, Any]) -> list[str]:
+        problems: list[str] = []
+        unknown = sorted(str(e["loc"][0]) for e in exc.errors() if e["type"] == "extra_forbidden")
+        if unknown:
+            problems.append(f"unknown parameters {unknown}")
+        bad_items: dict[str, list[Any]] = {}
+        for error in exc.errors():
+            loc, kind = error["loc"], error["type"]
+            if kind == "extra_forbidden":
+                continue
+            if not loc:  # a model-level check: its message lists its own problems
+                problems.extend(str(error["msg"]).removeprefix("Value error, ").split("; "))
+                continue
+            name = str(loc[0])
+            value = raw.get(name)
+            if len(loc) > 1:  # an item of a list
+                bad_items.setdefault(name, []).append(error.get("input"))
+                continue
+            problems.append(cls._problem(name, value, kind, str(error["msg"])))
+        for name, items in bad_items.items():
+            choices = ", ".join(cls._choices(name))
+            problems.append(f"{name} {items} are not among {choices}")
+        return problems
+
+    @classmethod
+    def _problem(cls, name: str, value: Any, kind: str, message: str) -> str:
+        if kind == "enum":
+            return f"{name}={value!r} is not one of {', '.join(cls._choices(name))}"
+        if kind.startswith("bool"):
+            return f"{name}={value!r} is not true or false"
+        if kind.startswith("int"):
+            return f"{name}={value!r} is not an integer"
+        if kind in ("greater_than_equal", "less_than_equal", "greater_than"):
+            low, high = cls._bounds(name)
+            return f"{name}={value} is outside {low}..{high}"
+        if kind == "too_short":
+            return f"{name} is empty: choose at least one of {', '.join(cls._choices(name))}"
+        if kind == "string_pattern_mismatch":
+            return f"{name}={value!r} is not an allowed value"
+        return f"{name}={value!r}: {message.removeprefix('Value error, ')}"
+
+    @classmethod
+    def _choices(cls, name: str) -> list[str]:
+        enum = _enum_of(cls.model_fields[name].annotation)
+        return [str(e.value) for e in enum] if enum else []
+
+    @classmethod
+    def _bounds(cls, name: str) -> tuple[Any, Any]:
+        low = high = None
+        for item in cls.model_fields[name].metadata:
+            low = getattr(item, "ge", None) if getattr(item, "ge", None) is not None else low
+            high = getattr(item, "le", None) if getattr(item, "le", None) is not None else high
+        return low, high
+
+    # -- the command line of the jobs
+
+    @classmethod
+    def job_fields(cls, job: str | None = None) -> list[str]:
+        """Fields a job takes on its command line (``job``: a layer, or None for any)."""
+        names = []
+        for name, info in cls.model_fields.items():
+            extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+            jobs = extra.get("jobs", "all")
+            if jobs == "all" or (isinstance(jobs, list) and jobs and (job is None or job in jobs)):
+                names.append(name)
+        return names
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """One option per job field (``--reprocess-from``); unset options keep the default."""
+        for name in cls.job_fields():
+            info = cls.model_fields[name]
+            flag = "--" + name.replace("_", "-")
+            if _is_bool(info.annotation):
+                parser.add_argument(flag, action="store_true", default=None, help=info.title)
+            else:
+                kind = int if _is_int(info.annotation) else str
+                parser.add_argument(flag, type=kind, default=None, help=info.title)
+
+    @classmethod
+    def from_namespace(cls, namespace: argparse.Namespace) -> Any:
+        raw: dict[str, Any] = {}
+        for name in cls.job_fields():
+            value = getattr(namespace, name, None)
+            if value is None:
+                continue
+            if _is_tuple(cls.model_fields[name].annotation) and isinstance(value, str):
+                value = [part for part in value.split(",") if part]
+            raw[name] = value
+        return cls.parse(raw)
+
+    def job_args(self, job: str | None = None) -> list[str]:
+        """The command line that carries these params to ``job`` (see ``add_arguments``)."""
+        args: list[str] = []
+        for name in self.job_fields(job):
+            value = getattr(self, name)
+            if value is None or value is False or value == ():
+                continue
+            flag = "--" + name.replace("_", "-")
+            if value is True:
+                args.append(flag)
+            elif isinstance(value, tuple):
+                args += [flag, ",".join(str(_plain(v)) for v in value)]
+            else:
+                args += [flag, str(_plain(value))]
+        return args
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat()
     return value
 
 
-def _span(
-    raw: Mapping[str, Any], prefix: str, problems: list[str]
-) -> tuple[datetime | None, datetime | None]:
-    """``<prefix>_from`` and ``<prefix>_to``, each parsed (a bad one is a problem)."""
-    return (
-        parse_instant(f"{prefix}_from", raw.get(f"{prefix}_from"), problems),
-        parse_instant(f"{prefix}_to", raw.get(f"{prefix}_to"), problems),
+def _flat(annotation: Any) -> list[Any]:
+    args = get_args(annotation)
+    if not args:
+        return [annotation]
+    found = []
+    for arg in args:
+        found += _flat(arg) if get_args(arg) else [arg]
+    return found
+
+
+def _enum_of(annotation: Any) -> type[Enum] | None:
+    for arg in _flat(annotation):
+        if isinstance(arg, type) and issubclass(arg, Enum):
+            return arg
+    return None
+
+
+def _is_bool(annotation: Any) -> bool:
+    return bool in _flat(annotation)
+
+
+def _is_int(annotation: Any) -> bool:
+    return int in _flat(annotation) and bool not in _flat(annotation)
+
+
+def _is_tuple(annotation: Any) -> bool:
+    origin = getattr(annotation, "__origin__", None)
+    return origin is tuple or any(
+        getattr(a, "__origin__", None) is tuple for a in get_args(annotation)
     )
 
 
-def _check_order(what: str, start: datetime, end: datetime, problems: list[str]) -> None:
-    if end <= start:
-        problems.append(f"{what} ends ({end.isoformat()}) before it starts ({start.isoformat()})")
+def param_schemas(
+    model: type[ParamsModel], overrides: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Each field as ``{"default": ..., <JSON schema keywords>}``, ready for Airflow's
+    ``Param(default, **schema)``; ``overrides`` adds deployment facts (a floor, table names)."""
+    schema = model.model_json_schema()
+    definitions = schema.get("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                # An enum's definition, under the field's own title and description.
+                target = resolve(definitions[node["$ref"].split("/")[-1]])
+                target = {k: v for k, v in target.items() if k not in ("title", "description")}
+                return {**target, **{k: resolve(v) for k, v in node.items() if k != "$ref"}}
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    params: dict[str, dict[str, Any]] = {}
+    for name, prop in schema["properties"].items():
+        prop = resolve(prop)
+        options = prop.pop("anyOf", None)
+        if options:  # Optional[X]: X's keywords, with null among its types
+            kinds = [o for o in options if o.get("type") != "null"]
+            prop = {**kinds[0], **prop, "type": ["null", kinds[0]["type"]]}
+        prop.pop("jobs", None)
+        prop.pop("description", None) if not prop.get("description") else None
+        for key in ("prefixItems", "maxItems"):
+            prop.pop(key, None)
+        if prop.get("type") == "array":
+            prop.setdefault("uniqueItems", True)
+        title = model.model_fields[name].title
+        if title:
+            prop["title"] = title
+        default = prop.pop("default", None)
+        params[name] = {
+            "default": _plain_default(default),
+            **prop,
+            **(overrides or {}).get(name, {}),
+        }
+    return params
 
 
-def _window(
-    mode: str, raw: Mapping[str, Any], problems: list[str]
-) -> tuple[datetime | None, datetime | None]:
-    start, end = _span(raw, "reprocess", problems)
-    if mode == "reprocess":
-        if start is None or end is None:
-            problems.append("mode=reprocess needs both reprocess_from and reprocess_to")
-        else:
-            _check_order("the window", start, end, problems)
-    elif raw.get("reprocess_from") or raw.get("reprocess_to"):
-        problems.append(f"reprocess_from/reprocess_to only apply to mode=reprocess, not {mode}")
-    return start, end
+def _plain_default(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return _plain(value)
 
 
-def _replay(
-    raw: Mapping[str, Any], layers: tuple[str, ...], problems: list[str]
-) -> tuple[datetime | None, datetime | None]:
-    start, end = _span(raw, "kafka_replay", problems)
-    given = [raw.get("kafka_replay_from"), raw.get("kafka_replay_to")]
-    if not any(given):
-        return None, None
-    if not all(given):
-        problems.append("a Kafka replay needs both kafka_replay_from and kafka_replay_to")
-    elif start is not None and end is not None:
-        _check_order("the Kafka replay", start, end, problems)
-    if "bronze" not in layers:
-        problems.append("a Kafka replay runs in bronze: include bronze in layers")
-    return start, end
+# -- pipeline runs ----------------------------------------------------------------------------
+
+MAX_FILES_PER_TRIGGER = 100_000
+MAX_OFFSETS_PER_TRIGGER = 50_000_000
 
 
-def _layers(mode: str, value: Any, problems: list[str]) -> tuple[str, ...]:
-    if value is None:
-        return LAYERS
-    if not isinstance(value, Sequence) or isinstance(value, str):
-        problems.append(f"layers={value!r} is not a list")
-        return LAYERS
-    unknown = [layer for layer in value if layer not in LAYERS]
-    if unknown:
-        problems.append(f"layers {unknown} are not among {', '.join(LAYERS)}")
-    layers = tuple(layer for layer in LAYERS if layer in value)
-    if not layers:
-        problems.append("layers is empty: choose at least one of bronze, silver, gold")
-    elif mode != "incremental" and layers == ("bronze",):
-        problems.append(f"mode={mode} re-derives silver and gold; bronze alone has nothing to do")
-    return layers
+class RunParams(ParamsModel):
+    """One pipeline run."""
 
+    mode: Mode = Field(
+        Mode.INCREMENTAL,
+        title="Mode",
+        description=(
+            "incremental: what arrived since the last run. reprocess: re-derive silver and "
+            "gold from bronze for the window below. full_refresh: rebuild silver and gold "
+            "from all of bronze."
+        ),
+        json_schema_extra=_meta("What to run"),
+    )
+    reprocess_from: Instant | None = Field(
+        None,
+        title="Reprocess from (inclusive)",
+        description="For mode=reprocess: start of the window of the pipeline's event time, "
+        "ISO-8601 with zone.",
+        json_schema_extra=_meta("Reprocess window"),
+    )
+    reprocess_to: Instant | None = Field(
+        None,
+        title="Reprocess to (exclusive)",
+        description="For mode=reprocess: end of the window, ISO-8601 with zone.",
+        json_schema_extra=_meta("Reprocess window"),
+    )
+    layers: tuple[Layer, ...] = Field(
+        tuple(Layer),
+        min_length=1,
+        title="Layers",
+        description="Which layers to run, in pipeline order.",
+        json_schema_extra=_meta("What to run", jobs=()),
+    )
+    max_files_per_trigger: StrictInt | None = Field(
+        None,
+        ge=1,
+        le=MAX_FILES_PER_TRIGGER,
+        title="Landing files per micro-batch",
+        description="Raise for a catch-up; empty uses LAKEHOUSE_MAX_FILES_PER_TRIGGER.",
+        json_schema_extra=_meta("Rate limits", jobs=[Layer.BRONZE]),
+    )
+    max_offsets_per_trigger: StrictInt | None = Field(
+        None,
+        ge=1,
+        le=MAX_OFFSETS_PER_TRIGGER,
+        title="Kafka records per micro-batch",
+        description="Raise for a catch-up; empty uses LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER.",
+        json_schema_extra=_meta("Rate limits", jobs=[Layer.BRONZE]),
+    )
+    accept_data_loss: StrictBool = Field(
+        False,
+        title="Go on past lost Kafka records",
+        description=(
+            "Only after a KafkaOffsetsLost failure, once the loss is understood: bronze reads "
+            "from the earliest offsets still on the brokers and records the lost ranges in "
+            "ops/run_log. For this run only."
+        ),
+        json_schema_extra=_meta("Recovery", jobs=[Layer.BRONZE]),
+    )
+    kafka_replay_from: Instant | None = Field(
+        None,
+        title="Replay Kafka from (inclusive)",
+        description=(
+            "Kafka source only: bronze re-reads the records whose Kafka timestamp is in "
+            "[from, to) and adds the ones it is missing (none twice). Refused when the brokers "
+            "no longer hold the start of that range. Any mode; bronze must run."
+        ),
+        json_schema_extra=_meta("Kafka replay", jobs=[Layer.BRONZE]),
+    )
+    kafka_replay_to: Instant | None = Field(
+        None,
+        title="Replay Kafka to (exclusive)",
+        description="End of the Kafka replay range, ISO-8601 with zone.",
+        json_schema_extra=_meta("Kafka replay", jobs=[Layer.BRONZE]),
+    )
+    dry_run: StrictBool = Field(
+        False,
+        title="Dry run",
+        description="Only say what the run would do; change nothing.",
+        json_schema_extra=_meta("What to run", jobs=()),
+    )
 
-@dataclass(frozen=True)
-class RunParams:
-    mode: str = "incremental"
-    reprocess_from: datetime | None = None
-    reprocess_to: datetime | None = None
-    layers: tuple[str, ...] = LAYERS
-    max_files_per_trigger: int | None = None
-    max_offsets_per_trigger: int | None = None
-    accept_data_loss: bool = False
-    kafka_replay_from: datetime | None = None
-    kafka_replay_to: datetime | None = None
-    dry_run: bool = False
-
-    @classmethod
-    def parse(cls, raw: Mapping[str, Any]) -> RunParams:
+    @model_validator(mode="after")
+    def _fits_together(self) -> RunParams:
         problems: list[str] = []
-        unknown = sorted(set(raw) - {f.name for f in fields(cls)})
-        if unknown:
-            problems.append(f"unknown parameters {unknown}")
-        mode = raw.get("mode") or "incremental"
-        if mode not in MODES:
-            problems.append(f"mode={mode!r} is not one of {', '.join(MODES)}")
-        start, end = _window(mode, raw, problems)
-        layers = _layers(mode, raw.get("layers"), problems)
-        replay_from, replay_to = _replay(raw, layers, problems)
-        dry_run = raw.get("dry_run", False)
-        if not isinstance(dry_run, bool):
-            problems.append(f"dry_run={dry_run!r} is not true or false")
-        accept_data_loss = raw.get("accept_data_loss") or False
-        if not isinstance(accept_data_loss, bool):
-            problems.append(f"accept_data_loss={accept_data_loss!r} is not true or false")
-        max_files = _bounded_int(
-            "max_files_per_trigger",
-            raw.get("max_files_per_trigger"),
-            MAX_FILES_PER_TRIGGER,
-            problems,
-        )
-        max_offsets = _bounded_int(
-            "max_offsets_per_trigger",
-            raw.get("max_offsets_per_trigger"),
-            MAX_OFFSETS_PER_TRIGGER,
-            problems,
-        )
+        window = (self.reprocess_from, self.reprocess_to)
+        if self.mode == Mode.REPROCESS:
+            if None in window:
+                problems.append("mode=reprocess needs both reprocess_from and reprocess_to")
+            else:
+                _check_order("the window", *window, problems)  # type: ignore[arg-type]
+        elif any(window):
+            problems.append(
+                f"reprocess_from/reprocess_to only apply to mode=reprocess, not {self.mode}"
+            )
+        replay = (self.kafka_replay_from, self.kafka_replay_to)
+        if any(replay):
+            if None in replay:
+                problems.append("a Kafka replay needs both kafka_replay_from and kafka_replay_to")
+            else:
+                _check_order("the Kafka replay", *replay, problems)  # type: ignore[arg-type]
+            if Layer.BRONZE not in self.layers:
+                problems.append("a Kafka replay runs in bronze: include bronze in layers")
+        if self.mode != Mode.INCREMENTAL and self.layers == (Layer.BRONZE,):
+            problems.append(
+                f"mode={self.mode} re-derives silver and gold; bronze alone has nothing to do"
+            )
         if problems:
-            raise InvalidRunParams("Refused to run: " + "; ".join(problems) + ".")
-        return cls(
-            mode=mode,
-            reprocess_from=start,
-            reprocess_to=end,
-            layers=layers,
-            max_files_per_trigger=max_files,
-            max_offsets_per_trigger=max_offsets,
-            accept_data_loss=bool(accept_data_loss),
-            kafka_replay_from=replay_from,
-            kafka_replay_to=replay_to,
-            dry_run=bool(dry_run),
-        )
+            raise ValueError("; ".join(problems))
+        # Layers in pipeline order, each once.
+        ordered = tuple(layer for layer in Layer if layer in self.layers)
+        object.__setattr__(self, "layers", ordered)
+        return self
 
     def check_against(self, pipeline: PipelineSpec) -> None:
         """Refuse what the pipeline's declarations forbid: ``full_refresh`` of a table declared
         ``allow_full_refresh=False``."""
-        if self.mode != "full_refresh":
+        if self.mode != Mode.FULL_REFRESH:
             return
         refused = [
             table
             for layer in self.layers
-            if layer != "bronze"
+            if layer != Layer.BRONZE and layer in pipeline.layers
             for table in pipeline.stream(layer).targets
             if not pipeline.table(table).allow_full_refresh
         ]
@@ -194,38 +451,21 @@ class RunParams:
 
     def locked_tables(self, pipeline: PipelineSpec, layer: str) -> list[str]:
         """Tables a layer job holds while it runs: the ones it writes and, when it re-derives
-        them, the one it reads (so that the input cannot move under the recompute)."""
+        them, the ones it reads (so that the input cannot move under the recompute)."""
         stream = pipeline.stream(layer)
         tables = list(stream.targets)
-        if self.mode != "incremental" and stream.source_table:
-            tables.append(stream.source_table)
+        if self.mode != Mode.INCREMENTAL:
+            tables += stream.sources
         return tables
-
-    def job_args(self, layer: str) -> list[str]:
-        """Arguments for ``jobs/<layer>.py`` that carry these params."""
-        args = ["--mode", self.mode]
-        if self.reprocess_from and self.reprocess_to:
-            args += ["--reprocess-from", self.reprocess_from.isoformat()]
-            args += ["--reprocess-to", self.reprocess_to.isoformat()]
-        if layer == "bronze" and self.max_files_per_trigger:
-            args += ["--max-files-per-trigger", str(self.max_files_per_trigger)]
-        if layer == "bronze" and self.max_offsets_per_trigger:
-            args += ["--max-offsets-per-trigger", str(self.max_offsets_per_trigger)]
-        if layer == "bronze" and self.accept_data_loss:
-            args += ["--accept-data-loss"]
-        if layer == "bronze" and self.kafka_replay_from and self.kafka_replay_to:
-            args += ["--kafka-replay-from", self.kafka_replay_from.isoformat()]
-            args += ["--kafka-replay-to", self.kafka_replay_to.isoformat()]
-        return args
 
     def describe(self) -> str:
         what = {
-            "incremental": "process what arrived since the last run",
-            "reprocess": (
-                f"re-derive silver and gold from bronze for event_ts in "
-                f"[{self.reprocess_from}, {self.reprocess_to})"
+            Mode.INCREMENTAL: "process what arrived since the last run",
+            Mode.REPROCESS: (
+                f"re-derive silver and gold from bronze for [{self.reprocess_from}, "
+                f"{self.reprocess_to})"
             ),
-            "full_refresh": "rebuild silver and gold from all of bronze",
+            Mode.FULL_REFRESH: "rebuild silver and gold from all of bronze",
         }[self.mode]
         loss = "; going on past Kafka records that are gone" if self.accept_data_loss else ""
         replay = (
@@ -235,3 +475,135 @@ class RunParams:
             else ""
         )
         return f"{self.mode}: {what}; layers {', '.join(self.layers)}{loss}{replay}"
+
+
+def _check_order(what: str, start: datetime, end: datetime, problems: list[str]) -> None:
+    if end <= start:
+        problems.append(f"{what} ends ({end.isoformat()}) before it starts ({start.isoformat()})")
+
+
+# -- maintenance ------------------------------------------------------------------------------
+
+DEFAULT_RETENTION_HOURS = 168
+MAX_RETENTION_HOURS = 24 * 365 * 10
+DEFAULT_KEEP_BACKUPS = 7
+MAX_KEEP_BACKUPS = 1000
+
+
+class MaintenanceParams(ParamsModel):
+    """What one maintenance run does; the same checks in the DAG and in the job."""
+
+    actions: tuple[Action, ...] = Field(
+        tuple(Action),
+        min_length=1,
+        title="Actions",
+        description="Which maintenance actions to run, in this order.",
+        json_schema_extra=_meta("What to run"),
+    )
+    tables: tuple[str, ...] = Field(
+        (),
+        title="Tables",
+        description="Tables to OPTIMIZE and VACUUM; empty for every table.",
+        json_schema_extra=_meta("What to run"),
+    )
+    retention_hours: StrictInt = Field(
+        DEFAULT_RETENTION_HOURS,
+        ge=0,
+        le=MAX_RETENTION_HOURS,
+        title="VACUUM retention (hours)",
+        description=(
+            "Files removed from a table longer ago than this may be deleted. Raised for a "
+            "table whose own deletedFileRetentionDuration is longer, and for a stream that "
+            "lags further behind; never below the floor LAKEHOUSE_VACUUM_FLOOR_HOURS."
+        ),
+        json_schema_extra=_meta("VACUUM"),
+    )
+    keep_backups: StrictInt = Field(
+        DEFAULT_KEEP_BACKUPS,
+        ge=1,
+        le=MAX_KEEP_BACKUPS,
+        title="Checkpoint backups to keep",
+        json_schema_extra=_meta("Backups"),
+    )
+    small_file_mb: float = Field(
+        32.0,
+        gt=0,
+        le=1024 * 1024,
+        title="Small file (MiB)",
+        description="OPTIMIZE: a file below this size is small.",
+        json_schema_extra=_meta("OPTIMIZE"),
+    )
+    min_small_files: StrictInt = Field(
+        10,
+        ge=2,
+        le=1_000_000,
+        title="Small files that make a partition worth compacting",
+        json_schema_extra=_meta("OPTIMIZE"),
+    )
+    dry_run: StrictBool = Field(
+        False,
+        title="Dry run",
+        description="Measure and report what would be done; change nothing.",
+        json_schema_extra=_meta("What to run"),
+    )
+
+    @model_validator(mode="after")
+    def _in_order(self) -> MaintenanceParams:
+        ordered = tuple(action for action in Action if action in self.actions)
+        object.__setattr__(self, "actions", ordered)
+        return self
+
+    def check_against(self, tables: Sequence[TableSpec], floor_hours: float) -> None:
+        """The deployment's facts: the tables that exist, and the retention floor."""
+        known = [t.name for t in tables]
+        unknown = [t for t in self.tables if t not in known]
+        if unknown:
+            raise InvalidRunParams(
+                f"Refused to run: tables {unknown} are not among {', '.join(known)}."
+            )
+        check_retention_floor(self.retention_hours, floor_hours)
+
+    def selected(self, tables: Sequence[TableSpec]) -> tuple[TableSpec, ...]:
+        return tuple(t for t in tables if not self.tables or t.name in self.tables)
+
+    def only(self, action: Action) -> MaintenanceParams:
+        """These params for one action (one DAG task)."""
+        return self.model_copy(update={"actions": (action,)})
+
+    def describe(self) -> str:
+        tables = ", ".join(self.tables) if self.tables else "every table"
+        actions = ", ".join(self.actions)
+        what = f"{actions} on {tables}; VACUUM keeps {self.retention_hours} h"
+        return f"{what} (dry run: nothing changes)" if self.dry_run else what
+
+
+def check_retention_floor(retention_hours: float, floor_hours: float) -> None:
+    if retention_hours < floor_hours:
+        raise RetentionBelowFloor(
+            f"VACUUM retention {retention_hours} h is below the floor of {floor_hours:g} h "
+            "(LAKEHOUSE_VACUUM_FLOOR_HOURS); nothing was changed."
+        )
+
+
+class RestoreParams(ParamsModel):
+    """A checkpoint restore of one layer (the admin DAG ``lakehouse_restore``)."""
+
+    layer: Layer = Field(
+        Layer.SILVER,
+        title="Layer",
+        description="Whose checkpoint to restore; every layer after it is reset.",
+        json_schema_extra=_meta("What to restore"),
+    )
+    backup_id: str = Field(
+        "latest",
+        pattern=f"^(latest|{BACKUP_ID_PATTERN})$",
+        title="Backup",
+        description="A backup id (a folder under <root>/_backups/<pipeline>/), or latest.",
+        json_schema_extra=_meta("What to restore"),
+    )
+    dry_run: StrictBool = Field(
+        True,
+        title="Only check",
+        description="Run every check and report; change nothing. Untick to restore.",
+        json_schema_extra=_meta("What to restore"),
+    )

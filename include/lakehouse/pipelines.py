@@ -10,6 +10,7 @@ from __future__ import annotations
 from lakehouse.errors import ConfigurationError
 from lakehouse.specs import (
     FieldSpec,
+    Layer,
     PipelineSpec,
     RecordSpec,
     StreamSpec,
@@ -116,20 +117,21 @@ ORDERS = PipelineSpec(
         ),
     ),
     streams=(
-        StreamSpec(layer="bronze", targets=("bronze/orders_events",)),
+        StreamSpec(layer=Layer.BRONZE, targets=("bronze/orders_events",)),
         StreamSpec(
-            layer="silver",
+            layer=Layer.SILVER,
             targets=("silver/orders", "silver/orders_quarantine"),
-            source_table="bronze/orders_events",
+            sources=("bronze/orders_events",),
         ),
         StreamSpec(
-            layer="gold",
+            layer=Layer.GOLD,
             targets=("gold/sales_hourly",),
-            source_table="silver/orders",
+            sources=("silver/orders",),
             read_change_feed=True,
         ),
     ),
     gold_transform="orders_sales_hourly",
+    schedule="0 */3 * * *",
 )
 
 PIPELINES: dict[str, PipelineSpec] = {ORDERS.name: ORDERS}

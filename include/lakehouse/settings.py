@@ -1,42 +1,14 @@
-"""Deployment settings: environment variables with defaults, read in this one place.
+"""Deployment settings: one typed model read from the environment, defaults written once.
 
-Environments are data, not branches: a laptop, CI and a cluster differ only in the values
-below. ``Settings.from_env()`` reads them and validates them once; everything else takes a
-``Settings`` object.
+Environments are data, not branches: a laptop, CI and a cluster differ only in the values of
+the ``LAKEHOUSE_*`` variables. ``Settings.from_env()`` reads and checks them once;
+everything else takes a ``Settings`` object. Each field's variable, default, bounds and
+meaning are declared on the field below (``python -m lakehouse.settings`` prints them as the
+table the README shows).
 
-=================================  ==========================================================
-variable                           meaning (default)
-=================================  ==========================================================
-``LAKEHOUSE_ROOT``                 root of all tables, landing files and checkpoints; a local
-                                   path or a URI such as ``s3a://bucket/lake``
-                                   (``<project>/data/lakehouse``)
-``LAKEHOUSE_SPARK_MASTER``         where jobs run: ``local[*]`` or ``spark://host:7077``;
-                                   unset, the Airflow connection ``lakehouse_spark`` decides,
-                                   and without one, local Spark
-``LAKEHOUSE_ORDERS_SOURCE``        ``file`` (landing folder) or ``kafka`` (``file``)
-``LAKEHOUSE_KAFKA_BOOTSTRAP``      Kafka brokers; unset, the host of the Airflow connection
-                                   ``lakehouse_kafka``, and without one ``127.0.0.1:9092``
-``LAKEHOUSE_ORDERS_KAFKA_TOPICS``  topics ``orders`` reads, comma-separated, instead of the
-                                   declared ``orders.events``
-``LAKEHOUSE_ORDERS_KAFKA_TOPIC_PATTERN``  or a regular expression for them (not both)
-``LAKEHOUSE_ORDERS_SCHEDULE``      cron for ``orders_pipeline``; ``none`` for manual only
-                                   (``0 */3 * * *``)
-``LAKEHOUSE_SHUFFLE_PARTITIONS``   shuffle and Delta snapshot partitions (2 x cores, 2..200)
-``LAKEHOUSE_MAX_FILES_PER_TRIGGER``  landing files per micro-batch (``1000``)
-``LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER``  Kafka records per micro-batch (``200000``)
-``LAKEHOUSE_DRIVER_MEMORY``        driver memory for spark-submit (``2g``)
-``LAKEHOUSE_SPARK_CONF``           extra Spark settings, JSON object (``{}``)
-``LAKEHOUSE_JARS_DIR``             the local jar cache (``<project>/.cache/jars``)
-``LAKEHOUSE_LOCK_WAIT_S``          how long a job waits for another writer of its tables
-                                   before it stops with ``ConcurrentRun`` (``60``)
-``LAKEHOUSE_MAINTENANCE_SCHEDULE`` cron for ``lakehouse_maintenance``; ``none`` for manual
-                                   only (``0 4 * * *``)
-``LAKEHOUSE_VACUUM_FLOOR_HOURS``   the shortest VACUUM retention anyone may ask for (``168``)
-``LAKEHOUSE_VACUUM_MARGIN_S``      kept beyond what a lagging stream needs, for clock skew
-                                   between storage and driver (``3600``)
-``LAKEHOUSE_RESTORE_ADMINS``       users allowed to trigger ``lakehouse_restore``, comma
-                                   separated (``admin``)
-=================================  ==========================================================
+Settings of one pipeline are named after it, ``LAKEHOUSE_<PIPELINE>_<SETTING>`` (e.g.
+``LAKEHOUSE_ORDERS_SOURCE``), and read by ``Settings.pipeline(spec)``: each pipeline picks
+its own source, topics and schedule, with its declaration's values as the defaults.
 """
 
 from __future__ import annotations
@@ -44,138 +16,303 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lakehouse.errors import ConfigurationError
 
-PROJECT_DIR = Path(__file__).resolve().parents[2]
+if TYPE_CHECKING:
+    from lakehouse.specs import KafkaSubscription, PipelineSpec
 
-SourceKind = Literal["file", "kafka"]
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+PREFIX = "LAKEHOUSE_"
 DEFAULT_KAFKA_BOOTSTRAP = "127.0.0.1:9092"
-_BOOTSTRAP_RE = re.compile(r"^[\w.\-]+:\d{1,5}(,[\w.\-]+:\d{1,5})*$")
-_MASTER_RE = re.compile(
+
+_BOOTSTRAP_RE = r"^[\w.\-]+:\d{1,5}(,[\w.\-]+:\d{1,5})*$"
+_MASTER_RE = (
     r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[\w.\-]+(:\d+)?(,[\w.\-]+(:\d+)?)*|yarn|k8s://\S+)$"
 )
+
+
+class SourceKind(StrEnum):
+    """Where a pipeline's bronze layer reads raw records."""
+
+    FILE = "file"
+    KAFKA = "kafka"
 
 
 def _default_partitions() -> int:
     return max(2, min(200, 2 * (os.cpu_count() or 1)))
 
 
-def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigurationError(f"{name}={raw!r} is not an integer.") from None
-    if not low <= value <= high:
-        raise ConfigurationError(f"{name}={value} is outside {low}..{high}.")
-    return value
+def _env(field_name: str, variable: str | None = None, **extra: Any) -> dict[str, Any]:
+    """Field metadata: the variable a field is read from (``LAKEHOUSE_<FIELD>`` unless named)."""
+    return {"env": variable or PREFIX + field_name.upper(), **extra}
 
 
-def _schedule(raw: str) -> str | None:
-    return None if raw.lower() in ("", "none", "null") else raw
+def _schedule(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    return None if text.lower() in ("", "none", "null") else text
 
 
-@dataclass(frozen=True)
-class Settings:
-    """Typed deployment settings. Build with ``from_env``; derive variants with ``replace``."""
+def _names(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return tuple(value)
 
-    root: str
-    spark_master: str | None = None
-    orders_source: SourceKind = "file"
-    kafka_bootstrap: str | None = None
-    orders_kafka_topics: tuple[str, ...] = ()
-    orders_kafka_topic_pattern: str | None = None
-    orders_schedule: str | None = "0 */3 * * *"
-    shuffle_partitions: int = field(default_factory=_default_partitions)
-    max_files_per_trigger: int = 1000
-    max_offsets_per_trigger: int = 200_000
-    driver_memory: str = "2g"
-    lock_wait_s: int = 60
-    maintenance_schedule: str | None = "0 4 * * *"
-    vacuum_floor_hours: int = 168
-    vacuum_margin_s: int = 3600
-    restore_admins: tuple[str, ...] = ("admin",)
-    extra_spark_conf: Mapping[str, str] = field(default_factory=dict)
-    project_dir: Path = PROJECT_DIR
-    jars_dir: Path = PROJECT_DIR / ".cache" / "jars"
 
-    def __post_init__(self) -> None:
+class _EnvModel(BaseModel):
+    """A frozen model whose fields are read from environment variables (see ``_read``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    @classmethod
+    def variable(cls, name: str, prefix: str = PREFIX) -> str:
+        extra = cls.model_fields[name].json_schema_extra
+        variable = extra.get("env") if isinstance(extra, dict) else None
+        return str(variable) if variable and prefix == PREFIX else prefix + name.upper()
+
+    @classmethod
+    def _read(cls, env: Mapping[str, str], prefix: str = PREFIX, **given: Any) -> dict[str, Any]:
+        """The fields whose variables are set (and not blank), as raw strings."""
+        raw = dict(given)
+        for name in cls.model_fields:
+            value = env.get(cls.variable(name, prefix), "").strip()
+            if value and name not in raw:
+                raw[name] = value
+        return raw
+
+    @classmethod
+    def _build(cls, raw: dict[str, Any], prefix: str = PREFIX) -> Any:
+        try:
+            return cls(**raw)
+        except ValidationError as exc:
+            problems = []
+            for error in exc.errors():
+                name = str(error["loc"][0]) if error["loc"] else ""
+                where = cls.variable(name, prefix) if name in cls.model_fields else name
+                value = raw.get(name, error.get("input"))
+                message = str(error["msg"]).removeprefix("Value error, ")
+                problems.append(f"{where}={value!r}: {message}")
+            raise ConfigurationError("; ".join(problems) + ".") from None
+
+
+class PipelineSettings(_EnvModel):
+    """One pipeline's deployment settings (``LAKEHOUSE_<PIPELINE>_<FIELD>``); unset fields take
+    the declaration's values."""
+
+    source: SourceKind = Field(
+        SourceKind.FILE, description="``file`` (landing folder) or ``kafka``"
+    )
+    kafka_topics: tuple[str, ...] = Field(
+        (), description="topics to read, comma-separated, instead of the declared ones"
+    )
+    kafka_topic_pattern: str | None = Field(
+        None, description="or a regular expression matching whole topic names (not both)"
+    )
+    schedule: str | None = Field(
+        None, description="cron for ``<pipeline>_pipeline``; ``none`` for manual runs only"
+    )
+    # The declaration's topics, the default of the two settings above.
+    declared_topics: Any = Field(None, exclude=True, repr=False)
+
+    _split = field_validator("kafka_topics", mode="before")(_names)
+    _none = field_validator("schedule", mode="before")(_schedule)
+
+    @field_validator("source", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.lower() not in ("file", "kafka"):
+            raise ValueError("use 'file' or 'kafka'")
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("kafka_topic_pattern")
+    @classmethod
+    def _one_way(cls, pattern: str | None, info: Any) -> str | None:
+        if pattern and info.data.get("kafka_topics"):
+            raise ValueError("set the topics or the topic pattern, not both")
+        return pattern
+
+    @property
+    def subscription(self) -> KafkaSubscription:
+        """The topics to read: this deployment's choice if it made one, else the declared."""
+        from lakehouse.specs import KafkaSubscription
+
+        if self.kafka_topics or self.kafka_topic_pattern:
+            return KafkaSubscription(self.kafka_topics, self.kafka_topic_pattern)
+        declared: KafkaSubscription = self.declared_topics
+        return declared
+
+
+class Settings(_EnvModel):
+    """Typed deployment settings. Build with ``from_env``; derive variants with ``with_root``
+    or ``with_env``."""
+
+    root: str = Field(
+        "",
+        json_schema_extra=_env("root"),
+        description="root of tables, landing files and checkpoints; a path or a URI such as "
+        "``s3a://bucket/lake`` (default ``<project>/data/lakehouse``)",
+    )
+    spark_master: str | None = Field(
+        None,
+        json_schema_extra=_env("spark_master"),
+        description="where jobs run (``local[4]``, ``spark://host:7077``, ``yarn``, "
+        "``k8s://...``). Unset: the Airflow connection ``lakehouse_spark``, and without it "
+        "local Spark",
+    )
+    kafka_bootstrap: str | None = Field(
+        None,
+        json_schema_extra=_env("kafka_bootstrap"),
+        description="Kafka brokers (``host:port,...``). Unset: the host of the Airflow "
+        "connection ``lakehouse_kafka``, and without it ``127.0.0.1:9092``",
+    )
+    shuffle_partitions: int = Field(
+        default_factory=_default_partitions,
+        ge=1,
+        le=10_000,
+        json_schema_extra=_env("shuffle_partitions"),
+        description="shuffle and Delta snapshot partitions (default 2 x cores, 2..200)",
+    )
+    max_files_per_trigger: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        json_schema_extra=_env("max_files_per_trigger"),
+        description="landing files per micro-batch; a backlog becomes several batches",
+    )
+    max_offsets_per_trigger: int = Field(
+        200_000,
+        ge=1,
+        le=100_000_000,
+        json_schema_extra=_env("max_offsets_per_trigger"),
+        description="Kafka records per micro-batch",
+    )
+    driver_memory: str = Field(
+        "2g",
+        json_schema_extra=_env("driver_memory"),
+        description="spark-submit driver memory",
+    )
+    lock_wait_s: int = Field(
+        60,
+        ge=0,
+        le=86_400,
+        json_schema_extra=_env("lock_wait_s"),
+        description="how long a job waits for another writer of its tables before "
+        "``ConcurrentRun``",
+    )
+    maintenance_schedule: str | None = Field(
+        "0 4 * * *",
+        json_schema_extra=_env("maintenance_schedule"),
+        description="cron for ``lakehouse_maintenance``; ``none`` for manual runs only",
+    )
+    vacuum_floor_hours: int = Field(
+        168,
+        ge=0,
+        le=87_600,
+        json_schema_extra=_env("vacuum_floor_hours"),
+        description="the shortest VACUUM retention anyone may ask for",
+    )
+    vacuum_margin_s: int = Field(
+        3600,
+        ge=0,
+        le=864_000,
+        json_schema_extra=_env("vacuum_margin_s"),
+        description="kept beyond what a lagging stream needs (clock skew between storage and "
+        "driver)",
+    )
+    restore_admins: tuple[str, ...] = Field(
+        ("admin",),
+        json_schema_extra=_env("restore_admins"),
+        description="the Airflow users allowed to run ``lakehouse_restore``, comma separated",
+    )
+    extra_spark_conf: dict[str, str] = Field(
+        default_factory=dict,
+        json_schema_extra=_env("extra_spark_conf", "LAKEHOUSE_SPARK_CONF"),
+        description='extra Spark settings as a JSON object, e.g. ``{"spark.executor.memory": '
+        '"4g"}``',
+    )
+    project_dir: Path = Field(
+        PROJECT_DIR,
+        json_schema_extra=_env("project_dir", "LAKEHOUSE_HOME"),
+        description="the project checkout (set by ``make env``)",
+    )
+    jars_dir: Path | None = Field(
+        None,
+        json_schema_extra=_env("jars_dir"),
+        description="the local jar cache (default ``<project>/.cache/jars``)",
+    )
+    # Every LAKEHOUSE_* variable, for the settings of each pipeline (``pipeline``).
+    environ: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
+
+    _none = field_validator("maintenance_schedule", mode="before")(_schedule)
+    _split = field_validator("restore_admins", mode="before")(_names)
+
+    @field_validator("spark_master")
+    @classmethod
+    def _master(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(_MASTER_RE, value):
+            raise ValueError(
+                "not a Spark master URL (local[*], local[N], spark://host:port, yarn, k8s://...)"
+            )
+        return value
+
+    @field_validator("kafka_bootstrap")
+    @classmethod
+    def _bootstrap(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(_BOOTSTRAP_RE, value):
+            raise ValueError("use host:port[,host:port...]")
+        return value
+
+    @field_validator("driver_memory")
+    @classmethod
+    def _memory(cls, value: str) -> str:
+        if not re.fullmatch(r"\d+[kmgt]", value.lower()):
+            raise ValueError("use e.g. 2g")
+        return value
+
+    @field_validator("extra_spark_conf", mode="before")
+    @classmethod
+    def _json_object(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not a JSON object: {exc}") from None
+            if not isinstance(value, dict):
+                raise ValueError("must be a JSON object")
+            return {str(k): str(v) for k, v in value.items()}
+        return value
+
+    def model_post_init(self, context: Any) -> None:
+        # Defaults that depend on the project folder, decided once.
         if not self.root:
-            raise ConfigurationError("LAKEHOUSE_ROOT is empty.")
-        if self.spark_master is not None and not _MASTER_RE.match(self.spark_master):
-            raise ConfigurationError(
-                f"LAKEHOUSE_SPARK_MASTER={self.spark_master!r} is not a Spark master URL "
-                "(local[*], local[N], spark://host:port, yarn, k8s://...)."
-            )
-        if self.orders_source not in ("file", "kafka"):
-            raise ConfigurationError(
-                f"LAKEHOUSE_ORDERS_SOURCE={self.orders_source!r}: use 'file' or 'kafka'."
-            )
-        if self.kafka_bootstrap is not None and not _BOOTSTRAP_RE.match(self.kafka_bootstrap):
-            raise ConfigurationError(
-                f"LAKEHOUSE_KAFKA_BOOTSTRAP={self.kafka_bootstrap!r}: use host:port[,host:port...]."
-            )
-        if self.orders_kafka_topics and self.orders_kafka_topic_pattern:
-            raise ConfigurationError(
-                "Set LAKEHOUSE_ORDERS_KAFKA_TOPICS or LAKEHOUSE_ORDERS_KAFKA_TOPIC_PATTERN, "
-                "not both."
-            )
-        if not re.fullmatch(r"\d+[kmgt]", self.driver_memory.lower()):
-            raise ConfigurationError(
-                f"LAKEHOUSE_DRIVER_MEMORY={self.driver_memory!r}: use e.g. 2g."
-            )
+            object.__setattr__(self, "root", str(self.project_dir / "data" / "lakehouse"))
+        if self.jars_dir is None:
+            object.__setattr__(self, "jars_dir", self.project_dir / ".cache" / "jars")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        project_dir = Path(env.get("LAKEHOUSE_HOME") or PROJECT_DIR)
-        schedule = env.get("LAKEHOUSE_ORDERS_SCHEDULE", "0 */3 * * *").strip()
-        maintenance = env.get("LAKEHOUSE_MAINTENANCE_SCHEDULE", "0 4 * * *").strip()
-        admins = env.get("LAKEHOUSE_RESTORE_ADMINS", "admin")
-        extra_raw = env.get("LAKEHOUSE_SPARK_CONF", "").strip() or "{}"
-        try:
-            extra = json.loads(extra_raw)
-        except json.JSONDecodeError as exc:
-            raise ConfigurationError(f"LAKEHOUSE_SPARK_CONF is not a JSON object: {exc}") from None
-        if not isinstance(extra, dict):
-            raise ConfigurationError("LAKEHOUSE_SPARK_CONF must be a JSON object.")
-        return cls(
-            root=env.get("LAKEHOUSE_ROOT") or str(project_dir / "data" / "lakehouse"),
-            spark_master=env.get("LAKEHOUSE_SPARK_MASTER") or None,
-            orders_source=env.get("LAKEHOUSE_ORDERS_SOURCE", "file").strip().lower() or "file",  # type: ignore[arg-type]
-            kafka_bootstrap=env.get("LAKEHOUSE_KAFKA_BOOTSTRAP", "").strip() or None,
-            orders_kafka_topics=tuple(
-                topic.strip()
-                for topic in env.get("LAKEHOUSE_ORDERS_KAFKA_TOPICS", "").split(",")
-                if topic.strip()
-            ),
-            orders_kafka_topic_pattern=env.get("LAKEHOUSE_ORDERS_KAFKA_TOPIC_PATTERN", "").strip()
-            or None,
-            orders_schedule=_schedule(schedule),
-            maintenance_schedule=_schedule(maintenance),
-            vacuum_floor_hours=_int(env, "LAKEHOUSE_VACUUM_FLOOR_HOURS", 168, 0, 87_600),
-            vacuum_margin_s=_int(env, "LAKEHOUSE_VACUUM_MARGIN_S", 3600, 0, 864_000),
-            restore_admins=tuple(a.strip() for a in admins.split(",") if a.strip()),
-            shuffle_partitions=_int(
-                env, "LAKEHOUSE_SHUFFLE_PARTITIONS", _default_partitions(), 1, 10_000
-            ),
-            max_files_per_trigger=_int(env, "LAKEHOUSE_MAX_FILES_PER_TRIGGER", 1000, 1, 1_000_000),
-            max_offsets_per_trigger=_int(
-                env, "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER", 200_000, 1, 100_000_000
-            ),
-            driver_memory=env.get("LAKEHOUSE_DRIVER_MEMORY") or "2g",
-            lock_wait_s=_int(env, "LAKEHOUSE_LOCK_WAIT_S", 60, 0, 86_400),
-            extra_spark_conf={str(k): str(v) for k, v in extra.items()},
-            project_dir=project_dir,
-            jars_dir=Path(env.get("LAKEHOUSE_JARS_DIR") or project_dir / ".cache" / "jars"),
-        )
+        lakehouse = {k: v for k, v in env.items() if k.startswith(PREFIX)}
+        settings: Settings = cls._build(cls._read(lakehouse, environ=lakehouse))
+        return settings
+
+    def pipeline(self, spec: PipelineSpec) -> PipelineSettings:
+        """``spec``'s settings from ``LAKEHOUSE_<NAME>_*``, the declaration's where unset."""
+        prefix = f"{PREFIX}{spec.name.upper()}_"
+        raw = PipelineSettings._read(self.environ, prefix)
+        raw.setdefault("schedule", spec.schedule)
+        raw["declared_topics"] = spec.kafka_subscription
+        settings: PipelineSettings = PipelineSettings._build(raw, prefix)
+        return settings
 
     @property
     def kafka_brokers(self) -> str:
@@ -183,11 +320,18 @@ class Settings:
         ``lakehouse_kafka`` connection's host between the two)."""
         return self.kafka_bootstrap or DEFAULT_KAFKA_BOOTSTRAP
 
-    def with_root(self, root: str | Path) -> Settings:
-        return replace(self, root=str(root))
+    @property
+    def jar_cache(self) -> Path:
+        assert self.jars_dir is not None
+        return self.jars_dir
 
-    def with_source(self, source: SourceKind) -> Settings:
-        return replace(self, orders_source=source)
+    def with_root(self, root: str | Path) -> Settings:
+        return self.model_copy(update={"root": str(root)})
+
+    def with_env(self, **variables: str) -> Settings:
+        """These settings read again with ``variables`` (``LAKEHOUSE_*``) changed."""
+        env = {**self.environ, "LAKEHOUSE_ROOT": self.root, **variables}
+        return Settings.from_env({**env, "LAKEHOUSE_HOME": str(self.project_dir)})
 
     @property
     def root_is_local(self) -> bool:
@@ -202,3 +346,30 @@ class Settings:
         if not self.root_is_local:
             raise ConfigurationError(f"{self.root} is not a local folder.")
         return Path(self.root.removeprefix("file://")) / relative
+
+
+def settings_table() -> list[tuple[str, str, str]]:
+    """``(variable, default, meaning)`` for every setting, for the README."""
+    rows = []
+    for model, prefix in ((Settings, PREFIX), (PipelineSettings, f"{PREFIX}<PIPELINE>_")):
+        for name, info in model.model_fields.items():
+            if info.exclude:
+                continue
+            default = info.default_factory() if info.default_factory else info.default  # type: ignore[call-arg]
+            shown = (
+                "unset"
+                if default in (None, "", (), {})
+                else ",".join(default)
+                if isinstance(default, tuple)
+                else str(default)
+            )
+            if isinstance(default, Path):
+                shown = "<project>"
+            description = re.sub(r"``([^`]+)``", r"`\1`", info.description or "")
+            rows.append((model.variable(name, prefix), shown, description))
+    return rows
+
+
+if __name__ == "__main__":
+    for variable, default, meaning in settings_table():
+        sys.stdout.write(f"| `{variable}` | {default} | {meaning} |\n")

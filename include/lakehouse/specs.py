@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
 
 from lakehouse.errors import ConfigurationError
@@ -23,7 +24,21 @@ _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._\-]{1,249}$")
 # that make replayed micro-batches no-ops must outlive the longest pause of any stream.
 FORBIDDEN_TABLE_PROPERTIES = frozenset({"delta.setTransactionRetentionDuration"})
 
-Layer = Literal["bronze", "silver", "gold", "ops"]
+
+class Layer(StrEnum):
+    """The layers of a pipeline, in the order data flows through them. Each is one streaming
+    query, one checkpoint, one job (``jobs/<layer>.py``) and one Airflow task."""
+
+    BRONZE = "bronze"
+    SILVER = "silver"
+    GOLD = "gold"
+
+    @property
+    def job(self) -> str:
+        """The Spark application under the project that runs this layer."""
+        return f"jobs/{self.value}.py"
+
+
 FieldKind = Literal["id", "enum", "timestamp", "text", "string", "decimal", "count"]
 
 
@@ -178,17 +193,22 @@ class StreamSpec:
 
     layer: Layer
     targets: tuple[str, ...]
-    source_table: str | None = None
+    # The tables it reads as Delta streams (none: it reads the pipeline's raw source).
+    sources: tuple[str, ...] = ()
     read_change_feed: bool = False
 
     def __post_init__(self) -> None:
         if not self.targets:
             raise ConfigurationError(f"stream {self.layer} has no target table.")
+        object.__setattr__(self, "layer", Layer(self.layer))
 
     @property
     def job(self) -> str:
-        """The Spark application under ``jobs/`` that runs this stream."""
-        return f"jobs/{self.layer}.py"
+        return self.layer.job
+
+    @property
+    def reads_raw_source(self) -> bool:
+        return not self.sources
 
     @property
     def checkpoint(self) -> str:
@@ -256,6 +276,9 @@ class PipelineSpec:
     gold_transform: str
     # Instead of ``kafka_topics``: every topic whose whole name matches.
     kafka_topic_pattern: str | None = None
+    # When ``<name>_pipeline`` runs (cron; None: only when triggered).
+    # LAKEHOUSE_<NAME>_SCHEDULE overrides it.
+    schedule: str | None = None
 
     def __post_init__(self) -> None:
         if not _IDENT_RE.match(self.name):
@@ -263,7 +286,7 @@ class PipelineSpec:
         self.kafka_subscription  # noqa: B018 (validates the topics or the pattern)
         names = {t.name for t in self.tables}
         for stream in self.streams:
-            missing = [t for t in (*stream.targets, stream.source_table) if t and t not in names]
+            missing = [t for t in (*stream.targets, *stream.sources) if t not in names]
             if missing:
                 raise ConfigurationError(f"{self.name}.{stream.layer} uses undeclared {missing}.")
         layers = [s.layer for s in self.streams]
@@ -290,9 +313,21 @@ class PipelineSpec:
         raise KeyError(f"{self.name} has no {layer!r} stream")
 
     @property
-    def layers(self) -> tuple[str, ...]:
+    def layers(self) -> tuple[Layer, ...]:
         return tuple(s.layer for s in self.streams)
 
     def consumers_of(self, table: str) -> tuple[StreamSpec, ...]:
         """Streams that read ``table``: their checkpoints pin the versions VACUUM must keep."""
-        return tuple(s for s in self.streams if s.source_table == table)
+        return tuple(s for s in self.streams if table in s.sources)
+
+    def downstream_of(self, stream: StreamSpec) -> list[StreamSpec]:
+        """Every stream that reads what ``stream`` writes, directly or further down."""
+        found: list[StreamSpec] = []
+        frontier = list(stream.targets)
+        while frontier:
+            table = frontier.pop(0)
+            for consumer in self.consumers_of(table):
+                if consumer not in found and consumer != stream:
+                    found.append(consumer)
+                    frontier.extend(consumer.targets)
+        return found

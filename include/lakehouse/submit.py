@@ -60,6 +60,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     return conf
 
 
+# Development tools (local services, the demo) never run on a cluster.
+_NOT_SHIPPED = ("lakehouse/local/",)
+
+
 def code_digest(sources: Iterable[tuple[str, bytes]]) -> str:
     """Content hash of the project's code, as ``(archive name, bytes)`` pairs in name order."""
     digest = hashlib.sha256()
@@ -80,7 +84,8 @@ def running_code_version() -> str:
     def walk(node: Traversable, prefix: str) -> Iterator[tuple[str, bytes]]:
         for child in sorted(node.iterdir(), key=lambda c: c.name):
             if child.is_dir() and child.name != "__pycache__":
-                yield from walk(child, f"{prefix}{child.name}/")
+                if not f"{prefix}{child.name}/".startswith(_NOT_SHIPPED):
+                    yield from walk(child, f"{prefix}{child.name}/")
             elif child.name.endswith(".py"):
                 yield f"{prefix}{child.name}", child.read_bytes()
 
@@ -91,11 +96,17 @@ def running_code_version() -> str:
     return f"{__version__}+{code_digest(sources)}"
 
 
+def job_path(settings: Settings, job: str) -> str:
+    """The Spark application ``jobs/<job>.py`` (a layer, ``maintenance`` or ``warmup``)."""
+    return str(settings.project_dir / "jobs" / f"{job}.py")
+
+
 def code_archive(settings: Settings) -> Path:
     """A zip of ``lakehouse`` and ``jobs`` for ``--py-files``, named by its content hash.
 
     Executors on a real cluster import the project's code from it; building it is cheap
-    and happens only when the code changed.
+    and happens only when the code changed. The development-only ``lakehouse.local`` stays
+    out.
     """
     sources: list[tuple[Path, str]] = []
     for package, directory in (
@@ -103,7 +114,10 @@ def code_archive(settings: Settings) -> Path:
         ("jobs", settings.project_dir / "jobs"),
     ):
         found = [
-            (p, f"{package}/{p.relative_to(directory).as_posix()}") for p in directory.rglob("*.py")
+            (p, name)
+            for p in directory.rglob("*.py")
+            for name in [f"{package}/{p.relative_to(directory).as_posix()}"]
+            if not name.startswith(_NOT_SHIPPED)
         ]
         sources += sorted(found, key=lambda item: item[1])
     digest = code_digest((name, path.read_bytes()) for path, name in sources)
@@ -148,20 +162,20 @@ class SubmitSpec:
 def job_submit_spec(
     settings: Settings,
     pipeline: str,
-    layer: str,
+    job: str,
     *,
     run_id: str,
     summary_file: str | None = None,
     extra_args: tuple[str, ...] = (),
 ) -> SubmitSpec:
-    """The spark-submit spec for one layer of one pipeline (``jobs/<layer>.py``)."""
+    """The spark-submit spec for one job of one pipeline (``jobs/<job>.py``)."""
     args = ["--pipeline", pipeline, "--root", settings.root, "--run-id", run_id]
     if summary_file:
         args += ["--summary-file", summary_file]
     return SubmitSpec(
-        application=str(settings.project_dir / "jobs" / f"{layer}.py"),
+        application=job_path(settings, job),
         args=(*args, *extra_args),
-        name=f"lakehouse-{pipeline}-{layer}",
+        name=f"lakehouse-{pipeline}-{job}",
         conf=spark_conf(settings),
         jars=tuple(spark_jars(settings)),
         py_files=(str(code_archive(settings)),),

@@ -39,11 +39,12 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from lakehouse import errors, kafka
-from lakehouse.maintenance import MaintenanceParams
-from lakehouse.params import RunParams
+from lakehouse import errors
+from lakehouse.kafka.access import ACCESS_FILE_ENV, KafkaAccess
+from lakehouse.maintenance import maintained_tables
+from lakehouse.params import Action, MaintenanceParams, RestoreParams, RunParams
 from lakehouse.pipelines import get_pipeline
-from lakehouse.settings import Settings
+from lakehouse.settings import Settings, SourceKind
 from lakehouse.submit import LOCAL_MASTER, job_submit_spec
 from lakehouse_airflow.run_params import effective_params
 
@@ -53,29 +54,10 @@ if TYPE_CHECKING:
 SPARK_CONN_ID = "lakehouse_spark"
 KAFKA_CONN_ID = "lakehouse_kafka"
 
-# Refusals that a retry cannot fix: fail the task at once instead of retrying.
-_NO_RETRY = {
-    cls.__name__
-    for cls in (
-        errors.ConfigurationError,
-        errors.InvalidRunParams,
-        errors.JarsMissing,
-        errors.JavaNotFound,
-        errors.LakehouseRootNotWritable,
-        errors.CheckpointInconsistent,
-        errors.KafkaOffsetsLost,
-        errors.KafkaReplayUnavailable,
-        errors.KafkaTopicNotFound,
-        errors.KafkaAuthenticationFailed,
-        errors.RetentionBelowFloor,
-        errors.RestoreInProgress,
-    )
-}
-
 
 def _failure(exc: errors.LakehouseError) -> AirflowException:
     """The task failure for a refusal: final when a retry cannot help, else retried."""
-    kind = AirflowFailException if exc.code in _NO_RETRY else AirflowException
+    kind = AirflowException if exc.retryable else AirflowFailException
     return kind(f"[{exc.code}] {exc}")
 
 
@@ -129,6 +111,7 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("name", f"lakehouse-{pipeline}-{job}")
+        # The application's path is set at execute time, from the worker's settings.
         super().__init__(application=f"jobs/{job}.py", conn_id=conn_id, **kwargs)
         self.pipeline = pipeline
         self.job = job
@@ -170,19 +153,16 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
             status_poll_interval=self._status_poll_interval,
         )
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
         from lakehouse import preflight
 
         settings = self._settings = Settings.from_env()
         try:
             params_args = self.params_args(context, settings)
-        except errors.LakehouseError as exc:
-            raise AirflowFailException(f"[{exc.code}] {exc}") from None
-        try:
             preflight.java_executable()
             preflight.check_root_writable(settings)
         except errors.LakehouseError as exc:
-            raise AirflowFailException(f"[{exc.code}] {exc}") from None
+            raise _failure(exc) from None
         with tempfile.TemporaryDirectory(prefix="lakehouse-") as tmp:
             try:
                 extra_env = self.job_env(settings, Path(tmp))
@@ -210,18 +190,17 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
             try:
                 preflight.check_master(master)
             except errors.LakehouseError as exc:
-                raise AirflowException(f"[{exc.code}] {exc}") from None
+                raise _failure(exc) from None
             self.log.info("running %s on %s", self.what, master)
             try:
                 super().execute(context)
             except AirflowException:
                 summary = _read_summary(summary_file)
                 if summary and summary.get("error"):
-                    code = str(summary["error"]).split(":", 1)[0]
                     message = f"{self.what} {summary['status']}: {summary['error']}"
-                    if code in _NO_RETRY:
-                        raise AirflowFailException(message) from None
-                    raise AirflowException(message) from None
+                    if errors.is_retryable(summary.get("error_code")):
+                        raise AirflowException(message) from None
+                    raise AirflowFailException(message) from None
                 raise
             summary = _read_summary(summary_file)
         if summary is None:
@@ -266,13 +245,14 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
         access.write(access_file)
         self._check_kafka(settings, access, self._params)
         # The path only: the job reads the settings from the file.
-        return {kafka.ACCESS_FILE_ENV: str(access_file)}
+        return {ACCESS_FILE_ENV: str(access_file)}
 
     def _reads_kafka(self, settings: Settings) -> bool:
-        stream = get_pipeline(self.pipeline).stream(self.layer)
-        return stream.source_table is None and settings.orders_source == "kafka"
+        pipeline = get_pipeline(self.pipeline)
+        stream = pipeline.stream(self.layer)
+        return stream.reads_raw_source and settings.pipeline(pipeline).source == SourceKind.KAFKA
 
-    def _kafka_access(self, settings: Settings) -> kafka.KafkaAccess:
+    def _kafka_access(self, settings: Settings) -> KafkaAccess:
         """Brokers and credentials from the Kafka connection, its secrets masked at once."""
         from airflow.sdk import BaseHook
         from airflow.sdk.exceptions import AirflowNotFoundException
@@ -282,11 +262,11 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
             conn = BaseHook.get_connection(self.kafka_conn_id)
         except AirflowNotFoundException:
             self.log.info("no connection %s: Kafka without security", self.kafka_conn_id)
-            return kafka.KafkaAccess(bootstrap_servers=settings.kafka_brokers)
+            return KafkaAccess(bootstrap_servers=settings.kafka_brokers)
         if conn.password:
             mask_secret(conn.password)
         extra = conn.extra_dejson  # masks the extras whose names say they are secret
-        access = kafka.KafkaAccess.from_connection(
+        access = KafkaAccess.from_connection(
             host=conn.host,
             port=conn.port,
             login=conn.login,
@@ -300,19 +280,22 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
         self.log.info("Kafka: %s (connection %s)", access.describe(), self.kafka_conn_id)
         return access
 
-    def _check_kafka(
-        self, settings: Settings, access: kafka.KafkaAccess, params: RunParams
-    ) -> None:
-        """The pre-flight offset check, before any JVM starts (local roots; the job checks
-        again in any case, with Spark's file system)."""
-        if not settings.root_is_local:
-            return
+    def _check_kafka(self, settings: Settings, access: KafkaAccess, params: RunParams) -> None:
+        """The pre-flight offset check, before any JVM starts (the job checks again, with
+        Spark's file system)."""
+        from lakehouse.checkpoints import Checkpoint
+        from lakehouse.fs import storage_for
+        from lakehouse.kafka.brokers import check_offsets
+        from lakehouse.kafka.offsets import checkpoint_offsets
+
         pipeline = get_pipeline(self.pipeline)
-        checkpoint = settings.local_path(pipeline.stream(self.layer).checkpoint)
-        report = kafka.check_offsets(
+        checkpoint = Checkpoint(
+            storage_for(settings), settings.path(pipeline.stream(self.layer).checkpoint)
+        )
+        report = check_offsets(
             access,
-            kafka.subscription(pipeline, settings),
-            kafka.checkpoint_offsets(*kafka.local_checkpoint(checkpoint)),
+            settings.pipeline(pipeline).subscription,
+            checkpoint_offsets(checkpoint),
             accept_data_loss=params.accept_data_loss,
         )
         self.log.info(
@@ -340,7 +323,7 @@ class MaintenanceJobOperator(LakehouseSubmitOperator):
     and refuses unless a user named in ``LAKEHOUSE_RESTORE_ADMINS`` triggered the run.
     """
 
-    ACTIONS = ("optimize", "vacuum", "backup", "restore")
+    ACTIONS = (*(str(a) for a in Action), "restore")
 
     def __init__(self, *, pipeline: str, action: str, **kwargs: Any) -> None:
         if action not in self.ACTIONS:
@@ -357,12 +340,13 @@ class MaintenanceJobOperator(LakehouseSubmitOperator):
         raw = dict(context["params"])
         if self.action == "restore":
             return restore_args(context, raw, settings)
-        params = MaintenanceParams.parse(
-            raw, get_pipeline(self.pipeline), settings.vacuum_floor_hours
+        params: MaintenanceParams = MaintenanceParams.parse(raw)
+        params.check_against(
+            maintained_tables(get_pipeline(self.pipeline)), settings.vacuum_floor_hours
         )
         if self.action not in params.actions:
             raise AirflowSkipException(f"{self.action} is not among this run's actions")
-        return params.job_args([self.action])
+        return params.only(Action(self.action)).job_args()
 
     def summary_line(self, summary: dict[str, Any]) -> str:
         lines = [super().summary_line(summary)]
@@ -384,11 +368,9 @@ def restore_args(context: Context, raw: dict[str, Any], settings: Settings) -> l
             f"a checkpoint restore may only be triggered by {', '.join(settings.restore_admins)} "
             f"(LAKEHOUSE_RESTORE_ADMINS); this run was triggered by {user or 'nobody'}."
         )
-    layer, backup_id = raw.get("layer"), raw.get("backup_id") or "latest"
-    if not isinstance(layer, str) or not isinstance(backup_id, str):
-        raise errors.InvalidRunParams("layer and backup_id must be strings.")
-    args = ["--restore", layer, "--backup-id", backup_id]
-    return [*args, "--dry-run"] if raw.get("dry_run", True) else args
+    params: RestoreParams = RestoreParams.parse(raw)
+    args = ["--restore", str(params.layer), "--backup-id", params.backup_id]
+    return [*args, "--dry-run"] if params.dry_run else args
 
 
 def _read_summary(path: Path) -> dict[str, Any] | None:

@@ -34,6 +34,6 @@ def effective_params(context: Context, pipeline: PipelineSpec) -> RunParams:
                 reprocess_from=start.isoformat(),
                 reprocess_to=end.isoformat(),
             )
-    params = RunParams.parse(raw)
+    params: RunParams = RunParams.parse(raw)
     params.check_against(pipeline)
     return params

@@ -26,7 +26,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lakehouse.errors import ConfigurationError
-from lakehouse.kafka import subscription
 from lakehouse.local.env import subprocess_env
 from lakehouse.local.report import render
 from lakehouse.pipelines import ORDERS
@@ -47,7 +46,7 @@ def run_pipeline(settings: Settings, log_path: Path) -> float:
             env=subprocess_env(
                 settings,
                 LAKEHOUSE_ROOT=settings.root,
-                LAKEHOUSE_ORDERS_SOURCE=settings.orders_source,
+                LAKEHOUSE_ORDERS_SOURCE=str(settings.pipeline(ORDERS).source),
             ),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -75,7 +74,7 @@ def land(settings: Settings, lines: list[bytes], label: str) -> None:
 
 
 def demo_topic(settings: Settings) -> str:
-    topics = subscription(ORDERS, settings)
+    topics = settings.pipeline(ORDERS).subscription
     if not topics.topics:
         raise ConfigurationError(
             f"the demo produces to a topic, and the pipeline reads {topics.describe()}.",
@@ -122,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.source == "kafka":
         if not os.environ.get("LAKEHOUSE_ROOT"):
             settings = settings.with_root(settings.project_dir / "data" / "lakehouse-kafka")
-        settings = settings.with_source("kafka")
+        settings = settings.with_env(LAKEHOUSE_ORDERS_SOURCE="kafka")
         print("0. Kafka")
         topic = start_kafka(settings)
         from lakehouse.local import kafka_dev
@@ -134,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         def deliver(lines: list[bytes], label: str) -> None:
             send(settings, topic, lines, label)
     else:
-        settings = settings.with_source("file")
+        settings = settings.with_env(LAKEHOUSE_ORDERS_SOURCE="file")
         seed = len(list(settings.local_path("landing/orders").glob("*.jsonl"))) + 2026
 
         def deliver(lines: list[bytes], label: str) -> None:

@@ -19,7 +19,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from lakehouse.kafka import KafkaAccess
+from lakehouse.kafka.access import KafkaAccess
 
 TIMEOUT_S = 30.0
 

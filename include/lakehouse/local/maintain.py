@@ -18,7 +18,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 
-from lakehouse.checkpoints import MANIFEST, BackupManifest, backups_root, is_backup_id
+from lakehouse.backups import MANIFEST, BackupManifest, backups_root, is_backup_id
 from lakehouse.local.env import subprocess_env
 from lakehouse.pipelines import ORDERS
 from lakehouse.settings import Settings

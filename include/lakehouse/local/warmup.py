@@ -1,8 +1,9 @@
 """Record the classes a Spark driver loads into a CDS archive (see ``lakehouse.jvm``).
 
-Runs bronze, silver and gold once, in one spark-submit, over a few sample orders in a scratch
-root, with ``-XX:ArchiveClassesAtExit``. Idempotent: nothing to do when the archive for this
-Java and these jars exists. ``make setup`` calls it; it takes about a minute, once.
+Submits ``jobs/warmup.py`` (bronze, silver and gold once, in one driver) over a few sample
+orders in a scratch root, with ``-XX:ArchiveClassesAtExit``. Idempotent: nothing to do when
+the archive for this Java and these jars exists. ``make setup`` calls it; it takes about a
+minute, once.
 """
 
 from __future__ import annotations
@@ -11,23 +12,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from lakehouse.jvm import cds_archive_path
 from lakehouse.local.env import subprocess_env
 from lakehouse.sample_data import OrderEventGenerator, render_file, write_landing_file
 from lakehouse.settings import Settings
-from lakehouse.submit import SubmitSpec, job_submit_spec
-
-
-def training_run() -> int:
-    """Inside spark-submit: every layer once, in this one driver JVM."""
-    from jobs import bronze, gold, silver
-
-    for module in (bronze, silver, gold):
-        if module.main(sys.argv[1:]) != 0:
-            return 1
-    return 0
+from lakehouse.submit import job_submit_spec
 
 
 def build_archive(settings: Settings) -> Path | None:
@@ -41,21 +33,13 @@ def build_archive(settings: Settings) -> Path | None:
         write_landing_file(
             scratch.local_path("landing/orders"), render_file(OrderEventGenerator(seed=1).batch(50))
         )
-        spec = job_submit_spec(scratch, "orders", "bronze", run_id="cds-training")
+        spec = job_submit_spec(scratch, "orders", "warmup", run_id="cds-training")
         conf = dict(spec.conf)
         conf["spark.driver.extraJavaOptions"] = (
             conf["spark.driver.extraJavaOptions"].split(" -XX:SharedArchiveFile")[0]
             + f" -XX:ArchiveClassesAtExit={partial}"
         )
-        training = SubmitSpec(
-            application=str(Path(__file__).resolve()),
-            args=spec.args,
-            name="lakehouse-cds-training",
-            conf=conf,
-            jars=spec.jars,
-            py_files=spec.py_files,
-            driver_memory=spec.driver_memory,
-        )
+        training = replace(spec, conf=conf)
         print(
             "recording Spark driver classes for faster job starts (once, about a minute)...",
             flush=True,
@@ -79,6 +63,4 @@ def build_archive(settings: Settings) -> Path | None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--pipeline":
-        sys.exit(training_run())
     build_archive(Settings.from_env())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PROJECT_DIR
+from tests import PROJECT_DIR
 
 DAG_FILES = sorted((PROJECT_DIR / "dags").glob("*.py"))
 HEAVY_MODULES = ("pyspark", "delta", "deltalake", "pandas", "pyarrow", "confluent_kafka")

@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.local import services
 from lakehouse.local.env import subprocess_env
 from lakehouse.sample_data import OrderEventGenerator, render_file
 from lakehouse.settings import Settings
 from lakehouse.submit import job_submit_spec
-from tests.conftest import Lake
+from tests.lake import Lake
 from tests.oracle import comparable, expected_tables, split_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow]
@@ -29,17 +28,6 @@ _SUMMARY = re.compile(r"orders\.(bronze|silver|gold): (\d+) rows in, (\d+) out, 
 
 def project_settings() -> Settings:
     return Settings.from_env()
-
-
-@pytest.fixture(scope="module")
-def spark_cluster() -> str:
-    """The local standalone master and worker (`make spark-up`), started if not running."""
-    settings = project_settings()
-    was_up = services.is_up(settings, "spark")
-    services.up(settings, "spark")
-    yield services.SPARK_MASTER_URL
-    if not was_up:
-        services.down(settings, "spark")
 
 
 def airflow(lake: Lake, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.transforms import GOLD_TRANSFORMS
-from tests.conftest import Lake
+from tests.lake import Lake
 from tests.oracle import GOLD_COLUMNS, comparable, expected_tables
 
 

@@ -8,30 +8,27 @@ from types import SimpleNamespace
 
 import pytest
 
-from lakehouse.checkpoints import (
+from lakehouse.backups import (
     BackupManifest,
-    CheckpointLog,
-    DeltaPosition,
     SinkState,
     SourceState,
     StreamBackup,
     backups_to_drop,
-    downstream_streams,
     new_backup_id,
-    parse_offsets,
-    txn_problem,
 )
+from lakehouse.checkpoints import CheckpointLog, DeltaPosition, parse_offsets, txn_problem
 from lakehouse.errors import InvalidRunParams, RetentionBelowFloor
 from lakehouse.maintenance import (
-    MaintenanceParams,
     OptimizePolicy,
     PartitionHealth,
     StreamNeed,
+    maintained_tables,
     parse_interval_hours,
     partition_predicate,
     plan_optimize,
     plan_vacuum,
 )
+from lakehouse.params import MaintenanceParams
 from lakehouse.pipelines import ORDERS
 from lakehouse.settings import Settings
 
@@ -58,37 +55,45 @@ def test_an_interval_that_is_not_one_is_refused() -> None:
         parse_interval_hours("a fortnight")
 
 
+TABLES = maintained_tables(ORDERS)
+
+
 def test_params_default_to_everything_with_a_week_of_retention() -> None:
-    params = MaintenanceParams.parse({}, ORDERS, floor_hours=168)
+    params = MaintenanceParams.parse({})
+    params.check_against(TABLES, floor_hours=168)
     assert params.actions == ("optimize", "vacuum", "backup")
     assert params.retention_hours == 168
-    assert [t.name for t in params.selected(ORDERS)][-1] == "ops/run_log"
-    assert params.job_args(["vacuum"]) == [
+    assert [t.name for t in params.selected(TABLES)][-1] == "ops/run_log"
+    assert params.only("vacuum").job_args() == [
         "--actions",
         "vacuum",
         "--retention-hours",
         "168",
         "--keep-backups",
         "7",
+        "--small-file-mb",
+        "32.0",
+        "--min-small-files",
+        "10",
     ]
 
 
 def test_a_retention_below_the_floor_is_refused_with_a_named_error() -> None:
     with pytest.raises(RetentionBelowFloor, match="below the floor of 168 h"):
-        MaintenanceParams.parse({"retention_hours": 24}, ORDERS, floor_hours=168)
-    assert MaintenanceParams.parse({"retention_hours": 0}, ORDERS, 0).retention_hours == 0
+        MaintenanceParams.parse({"retention_hours": 24}).check_against(TABLES, floor_hours=168)
+    params = MaintenanceParams.parse({"retention_hours": 0})
+    params.check_against(TABLES, 0)
+    assert params.retention_hours == 0
 
 
 def test_every_bad_param_is_reported_at_once() -> None:
     with pytest.raises(InvalidRunParams) as caught:
-        MaintenanceParams.parse(
-            {"actions": ["shrink"], "tables": ["gold/nope"], "keep_backups": 0, "x": 1},
-            ORDERS,
-            floor_hours=168,
-        )
+        MaintenanceParams.parse({"actions": ["shrink"], "keep_backups": 0, "x": 1})
     message = str(caught.value)
-    for part in ("unknown parameters ['x']", "shrink", "gold/nope", "keep_backups=0"):
+    for part in ("unknown parameters ['x']", "shrink", "keep_backups=0"):
         assert part in message
+    with pytest.raises(InvalidRunParams, match="gold/nope"):
+        MaintenanceParams.parse({"tables": ["gold/nope"]}).check_against(TABLES, 168)
 
 
 def test_settings_floor_and_margin_come_from_the_environment() -> None:
@@ -227,11 +232,11 @@ def test_a_table_ahead_of_its_checkpoint_is_inconsistent() -> None:
 def test_backups_keep_the_newest_and_downstream_follows_the_registry() -> None:
     ids = [new_backup_id(NOW + timedelta(minutes=i)) for i in range(5)]
     assert backups_to_drop([*ids, ".x.partial", "replaced"], keep=3) == ids[:2]
-    assert [s.layer for s in downstream_streams(ORDERS, ORDERS.stream("bronze"))] == [
+    assert [s.layer for s in ORDERS.downstream_of(ORDERS.stream("bronze"))] == [
         "silver",
         "gold",
     ]
-    assert downstream_streams(ORDERS, ORDERS.stream("gold")) == []
+    assert ORDERS.downstream_of(ORDERS.stream("gold")) == []
 
 
 def test_a_manifest_survives_its_json() -> None:

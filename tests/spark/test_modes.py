@@ -13,7 +13,7 @@ from lakehouse.params import RunParams
 from lakehouse.pipelines import ORDERS
 from lakehouse.sample_data import OrderEventGenerator, render_file
 from lakehouse.specs import PipelineSpec, TableSpec
-from tests.conftest import Lake
+from tests.lake import Lake
 from tests.oracle import comparable, expected_tables, split_records
 
 DAY1 = "2026-11-02T00:00:00Z"

@@ -9,7 +9,7 @@ from deltalake import DeltaTable
 
 from lakehouse.local.report import read_rows
 from lakehouse.sample_data import OrderEventGenerator, render_file
-from tests.conftest import Lake
+from tests.lake import Lake
 from tests.oracle import comparable, expected_tables, split_records
 
 

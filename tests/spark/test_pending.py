@@ -6,7 +6,7 @@ from lakehouse.params import RunParams
 from lakehouse.pending import dry_run_report, pending_input
 from lakehouse.pipelines import ORDERS
 from lakehouse.sample_data import OrderEventGenerator
-from tests.conftest import Lake
+from tests.lake import Lake
 
 
 def test_pending_input_follows_the_checkpoints(lake: Lake) -> None:

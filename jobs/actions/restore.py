@@ -1,13 +1,4 @@
-"""Checkpoint backups that restore: a copy of every checkpoint and what it must agree with.
-
-**Backup.** While it holds the write locks of every table the pipeline's streams write (no
-layer job runs), the job copies each checkpoint to ``<root>/_backups/<pipeline>/<id>/`` and
-writes a manifest: the query id, the last planned and committed batches, for each table the
-stream writes its id, version and transaction version for the query, where the stream stood
-in its source, and the code, Spark and Delta versions. A checkpoint older than its table
-(``T > O``, see ``lakehouse.checkpoints``) is refused, not backed up. The last N are kept.
-
-**Restore** of one layer from a backup puts its checkpoint back with its tables as they were:
+"""Restore one layer's checkpoint from a backup, with its tables as they were.
 
 1. checks, changing nothing: the copy is complete, each table is the same table (same id),
    its backed-up version can still be read with every file, and the source still holds
@@ -21,9 +12,9 @@ in its source, and the code, Spark and Delta versions. A checkpoint older than i
    replayed batch; the new id starts clean, and a batch the table already held at backup
    time (``T == C + 1``) is recorded for the new id so its replay is skipped again.
 
-A marker (``lakehouse.checkpoints.restore_marker``) is written before step 2 and removed
-after step 4; while it exists every layer job of the pipeline refuses to start, and running
-the same restore again resumes it (each step is idempotent).
+A marker (``lakehouse.backups.restore_marker``) is written before step 2 and removed after
+step 4; while it exists every layer job of the pipeline refuses to start, and running the
+same restore again resumes it (each step is idempotent).
 """
 
 from __future__ import annotations
@@ -31,14 +22,15 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs import faults, storage
+from jobs.actions.context import ActionContext, Outcome
 from jobs.delta_state import (
     absolute,
     commit_actions,
@@ -48,180 +40,36 @@ from jobs.delta_state import (
     table_state,
 )
 from jobs.tables import quote_path
-from lakehouse.checkpoints import (
+from lakehouse.backups import (
     MANIFEST,
     BackupManifest,
-    CheckpointLog,
-    DeltaPosition,
     SinkState,
     SourceState,
     StreamBackup,
     backup_dir,
     backups_root,
-    backups_to_drop,
-    batch_ids,
-    downstream_streams,
     is_backup_id,
     new_backup_id,
-    parse_offsets,
-    parse_query_id,
     restore_marker,
-    txn_problem,
 )
+from lakehouse.checkpoints import DeltaPosition, parse_query_id, txn_problem
 from lakehouse.errors import CheckpointInconsistent, InvalidRunParams, RestoreInProgress
+from lakehouse.specs import StreamSpec
 from lakehouse.submit import running_code_version
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
-    from jobs.maintenance import Maintenance, Outcome
-    from lakehouse.specs import StreamSpec
-
-log = logging.getLogger("lakehouse.backup")
-
-
-def read_checkpoint_log(spark: SparkSession, checkpoint: str) -> CheckpointLog:
-    metadata = storage.read_text(spark, f"{checkpoint}/metadata")
-    return CheckpointLog(
-        query_id=parse_query_id(metadata) if metadata else None,
-        offsets=batch_ids(storage.list_names(spark, f"{checkpoint}/offsets")),
-        commits=batch_ids(storage.list_names(spark, f"{checkpoint}/commits")),
-    )
-
-
-def resume_offset(spark: SparkSession, checkpoint: str, batches: CheckpointLog) -> Any:
-    """The raw source offset the next run starts from (None: the query never ran)."""
-    batch = batches.resume_batch
-    if batch is None:
-        return None
-    entry = parse_offsets(batch, storage.read_text(spark, f"{checkpoint}/offsets/{batch}") or "")
-    return entry.sources[0] if entry.sources else None
-
-
-def _package_version(name: str) -> str:
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return "unknown"
-
-
-# -- backup -----------------------------------------------------------------------------------
-
-
-def stream_state(job: Maintenance, stream: StreamSpec, checkpoint: str) -> StreamBackup:
-    """What ``stream``'s checkpoint must agree with, checked against the invariant."""
-    spark, settings = job.spark, job.settings
-    batches = read_checkpoint_log(spark, checkpoint)
-    if batches.query_id is None:
-        raise CheckpointInconsistent(f"{checkpoint} has no metadata (no query id).")
-    sinks = []
-    for table in stream.targets:
-        location = settings.path(table)
-        if not is_delta_table(spark, location):
-            raise CheckpointInconsistent(f"{table} is missing but its writer's checkpoint exists.")
-        state = table_state(spark, location)
-        txn = state.txn_versions.get(batches.query_id)
-        problem = txn_problem(table, txn, batches.last_commit, batches.last_offsets)
-        if problem:
-            raise CheckpointInconsistent(f"{job.pipeline.name}.{stream.layer}: {problem}.")
-        sinks.append(SinkState(table, state.table_id, state.version, txn))
-    offset = resume_offset(spark, checkpoint, batches)
-    if stream.source_table:
-        source = table_state(spark, settings.path(stream.source_table))
-        position = DeltaPosition.from_offset(offset)
-        if position and position.reservoir_id != source.table_id:
-            raise CheckpointInconsistent(
-                f"{job.pipeline.name}.{stream.layer} reads table id {position.reservoir_id}, but "
-                f"{stream.source_table} is now {source.table_id}: it was recreated."
-            )
-        sources = (
-            SourceState(
-                "delta", stream.source_table, source.table_id, source.version, position=offset
-            ),
-        )
-    else:
-        sources = (SourceState(job.settings.orders_source, position=offset),)
-    return StreamBackup(
-        layer=stream.layer,
-        checkpoint=stream.checkpoint,
-        query_id=batches.query_id,
-        last_offsets=batches.last_offsets,
-        last_commit=batches.last_commit,
-        files={},
-        sources=sources,
-        sinks=tuple(sinks),
-    )
-
-
-def backup_checkpoints(job: Maintenance) -> Outcome:
-    """Copy every checkpoint of the pipeline with its manifest; keep the newest N backups."""
-    spark, settings, pipeline = job.spark, job.settings, job.pipeline
-    root = settings.path(backups_root(pipeline.name))
-    targets = [t for stream in pipeline.streams for t in stream.targets]
-    with job.locked(targets) as waited_s:
-        backup_id = new_backup_id()
-        final = settings.path(backup_dir(pipeline.name, backup_id))
-        partial = f"{root}/.{backup_id}.partial"  # a hidden name until it is complete
-        streams: dict[str, StreamBackup] = {}
-        for stream in pipeline.streams:
-            checkpoint = settings.path(stream.checkpoint)
-            if storage.read_text(spark, f"{checkpoint}/metadata") is None:
-                continue  # never ran: nothing to back up
-            state = stream_state(job, stream, checkpoint)
-            copy = f"{partial}/{stream.checkpoint}"
-            storage.copy_tree(spark, checkpoint, copy)
-            files = storage.list_tree(spark, copy)
-            if files != storage.list_tree(spark, checkpoint):
-                raise OSError(f"the copy of {stream.checkpoint} differs from the original")
-            streams[stream.layer] = replace(state, files=files)
-        if not streams:
-            return "skipped", {"reason": "no stream has run yet: nothing to back up"}
-        manifest = BackupManifest(
-            backup_id=backup_id,
-            pipeline=pipeline.name,
-            created_at=datetime.now(UTC).isoformat(),
-            code_version=running_code_version(),
-            spark_version=spark.version,
-            delta_version=_package_version("delta-spark"),
-            streams=streams,
-        )
-        storage.write_text(spark, f"{partial}/{MANIFEST}", manifest.to_json())
-        storage.rename(spark, partial, final)
-    existing = [n for n in storage.list_names(spark, root) if is_backup_id(n)]
-    dropped = backups_to_drop(existing, job.params.keep_backups)
-    for old in dropped:
-        storage.delete(spark, f"{root}/{old}")
-    details = {
-        "backup_id": backup_id,
-        "location": final,
-        "lock_wait_s": waited_s,
-        "streams": {
-            layer: {
-                "query_id": s.query_id,
-                "last_commit": s.last_commit,
-                "files": len(s.files),
-                "bytes": sum(s.files.values()),
-                "tables": {k.table: {"version": k.version, "txn": k.txn_version} for k in s.sinks},
-            }
-            for layer, s in streams.items()
-        },
-        "dropped_backups": dropped,
-        "reason": f"backed up {', '.join(streams)} as {backup_id}; kept the newest "
-        f"{job.params.keep_backups}",
-    }
-    return "succeeded", details
+log = logging.getLogger("lakehouse.restore")
 
 
 # -- restore ----------------------------------------------------------------------------------
 
 
-def load_manifest(job: Maintenance, backup_id: str) -> BackupManifest:
-    spark, settings = job.spark, job.settings
-    root = settings.path(backups_root(job.pipeline.name))
+def load_manifest(ctx: ActionContext, backup_id: str) -> BackupManifest:
+    spark = ctx.spark
+    root = ctx.path(backups_root(ctx.pipeline.name))
     ids = sorted(n for n in storage.list_names(spark, root) if is_backup_id(n))
     if backup_id == "latest":
         if not ids:
-            raise InvalidRunParams(f"there is no backup of {job.pipeline.name} yet.")
+            raise InvalidRunParams(f"there is no backup of {ctx.pipeline.name} yet.")
         backup_id = ids[-1]
     if backup_id not in ids:
         known = ", ".join(ids[-5:]) or "none"
@@ -245,12 +93,12 @@ class RestorePlan:
 
 
 def restore_problems(
-    job: Maintenance, manifest: BackupManifest, entry: StreamBackup, stream: StreamSpec
+    ctx: ActionContext, manifest: BackupManifest, entry: StreamBackup, stream: StreamSpec
 ) -> list[str]:
     """Why the backup cannot be put back in agreement with its tables and source."""
-    spark, settings = job.spark, job.settings
+    spark = ctx.spark
     problems: list[str] = []
-    copy = settings.path(f"{backup_dir(manifest.pipeline, manifest.backup_id)}/{entry.checkpoint}")
+    copy = ctx.path(f"{backup_dir(manifest.pipeline, manifest.backup_id)}/{entry.checkpoint}")
     found = storage.list_tree(spark, copy)
     if found != dict(entry.files):
         damaged = sorted(set(found.items()) ^ set(entry.files.items()))
@@ -259,7 +107,7 @@ def restore_problems(
         problem = txn_problem(sink.table, sink.txn_version, entry.last_commit, entry.last_offsets)
         if problem:
             problems.append(problem)
-        location = settings.path(sink.table)
+        location = ctx.path(sink.table)
         if not is_delta_table(spark, location):
             problems.append(f"{sink.table} no longer exists")
             continue
@@ -287,17 +135,17 @@ def restore_problems(
                 "VACUUM removed since the backup"
             )
     for source in entry.sources:
-        problems += source_problems(job, source, stream)
+        problems += source_problems(ctx, source, stream)
     return problems
 
 
-def source_problems(job: Maintenance, source: SourceState, stream: StreamSpec) -> list[str]:
+def source_problems(ctx: ActionContext, source: SourceState, stream: StreamSpec) -> list[str]:
     """Versions and files of a Delta source the restored checkpoint would read but are gone."""
     position = DeltaPosition.from_offset(source.position)
     if source.kind != "delta" or position is None or source.table is None:
         return []  # files and Kafka: the landing files stay; Kafka retention is the broker's
-    spark = job.spark
-    location = job.settings.path(source.table)
+    spark = ctx.spark
+    location = ctx.path(source.table)
     if not is_delta_table(spark, location):
         return [f"the source {source.table} no longer exists"]
     state = table_state(spark, location)
@@ -335,19 +183,19 @@ def source_problems(job: Maintenance, source: SourceState, stream: StreamSpec) -
     return []
 
 
-def restore_checkpoint(job: Maintenance, layer: str, backup_id: str) -> Outcome:
+def restore_checkpoint(ctx: ActionContext, layer: str, backup_id: str) -> Outcome:
     """Restore ``layer``'s checkpoint and tables from a backup, resetting what is downstream."""
-    spark, settings, pipeline = job.spark, job.settings, job.pipeline
+    spark, settings, pipeline = ctx.spark, ctx.settings, ctx.pipeline
     if layer not in pipeline.layers:
         raise InvalidRunParams(f"layer {layer!r} is not one of {', '.join(pipeline.layers)}.")
     stream = pipeline.stream(layer)
-    manifest = load_manifest(job, backup_id)
+    manifest = load_manifest(ctx, backup_id)
     entry = manifest.streams.get(layer)
     if entry is None:
         raise CheckpointInconsistent(
             f"backup {manifest.backup_id} holds no {layer} checkpoint (it had not run)."
         )
-    downstream = downstream_streams(pipeline, stream)
+    downstream = pipeline.downstream_of(stream)
     frozen = [t for s in downstream for t in s.targets if not pipeline.table(t).allow_full_refresh]
     if frozen:
         raise CheckpointInconsistent(
@@ -356,7 +204,7 @@ def restore_checkpoint(job: Maintenance, layer: str, backup_id: str) -> Outcome:
         )
     tables = [*stream.targets, *(t for s in downstream for t in s.targets)]
     what = f"{pipeline.name}.{layer} from backup {manifest.backup_id}"
-    with job.locked(tables) as waited_s:
+    with ctx.locked(tables) as waited_s:
         marker = settings.path(restore_marker(pipeline.name))
         pending = storage.read_text(spark, marker)
         plan = RestorePlan(
@@ -374,7 +222,7 @@ def restore_checkpoint(job: Maintenance, layer: str, backup_id: str) -> Outcome:
                     f"{previous.backup_id} is unfinished; finish it before {what}."
                 )
             plan = previous  # resume it: every step below is idempotent
-        problems = restore_problems(job, manifest, entry, stream)
+        problems = restore_problems(ctx, manifest, entry, stream)
         if problems:
             raise CheckpointInconsistent(
                 f"refused to restore {what}; nothing was changed: " + "; ".join(problems) + "."
@@ -398,19 +246,19 @@ def restore_checkpoint(job: Maintenance, layer: str, backup_id: str) -> Outcome:
             "code_version": running_code_version(),
             "reason": f"{what}: checks passed",
         }
-        if job.params.dry_run:
+        if ctx.dry_run:
             return "dry_run", details
         if pending is None:
             storage.write_text(spark, marker, plan.to_json())
         replaced = settings.path(f"{backups_root(pipeline.name)}/replaced/{plan.restore_id}")
         for consumer in downstream:
-            reset_stream(job, consumer, replaced)
+            reset_stream(ctx, consumer, replaced)
         for sink in entry.sinks:
             restore_table(spark, settings.path(sink.table), sink.version)
         for sink in entry.sinks:
             seed_transaction(spark, settings.path(sink.table), sink, entry, plan.query_id)
         faults.inject("restore.before_checkpoint")
-        install_checkpoint(job, manifest, entry, plan, replaced)
+        install_checkpoint(ctx, manifest, entry, plan, replaced)
         storage.delete(spark, marker)
         details["reason"] = (
             f"restored {what}"
@@ -420,9 +268,9 @@ def restore_checkpoint(job: Maintenance, layer: str, backup_id: str) -> Outcome:
         return "succeeded", details
 
 
-def reset_stream(job: Maintenance, stream: StreamSpec, replaced: str) -> None:
+def reset_stream(ctx: ActionContext, stream: StreamSpec, replaced: str) -> None:
     """Move ``stream``'s checkpoint aside and empty its tables: it rebuilds from its source."""
-    spark, settings = job.spark, job.settings
+    spark, settings = ctx.spark, ctx.settings
     checkpoint = settings.path(stream.checkpoint)
     if storage.exists(spark, checkpoint):
         storage.rename(spark, checkpoint, f"{replaced}/{stream.checkpoint}")
@@ -458,14 +306,14 @@ def seed_transaction(
 
 
 def install_checkpoint(
-    job: Maintenance,
+    ctx: ActionContext,
     manifest: BackupManifest,
     entry: StreamBackup,
     plan: RestorePlan,
     replaced: str,
 ) -> None:
     """Put the backup's copy in place of the live checkpoint, under the new query id."""
-    spark, settings = job.spark, job.settings
+    spark, settings = ctx.spark, ctx.settings
     live = settings.path(entry.checkpoint)
     current = storage.read_text(spark, f"{live}/metadata")
     if current is not None and parse_query_id(current) == plan.query_id:

@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from lakehouse.sample_data import OrderEventGenerator, render_file
-from tests.conftest import Lake
+from tests.lake import Lake
 from tests.oracle import comparable, expected_tables, split_records
 
 RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"

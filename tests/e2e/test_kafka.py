@@ -25,24 +25,15 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse import kafka
-from lakehouse.errors import (
-    CheckpointInconsistent,
-    ConfigurationError,
-    InvalidRunParams,
-    KafkaReplayUnavailable,
-)
-from lakehouse.kafka import KafkaAccess, Watermarks
+from lakehouse.kafka import brokers
+from lakehouse.kafka.access import ACCESS_FILE_ENV, KafkaAccess
 from lakehouse.local import kafka_dev
 from lakehouse.local.env import subprocess_env
 from lakehouse.local.services import KafkaPorts
-from lakehouse.params import RunParams
-from lakehouse.pipelines import ORDERS
 from lakehouse.sample_data import OrderEventGenerator
 from lakehouse.settings import Settings
-from lakehouse.specs import KafkaSubscription
 from lakehouse.submit import job_submit_spec
-from tests.conftest import Lake
+from tests.lake import Lake
 from tests.oracle import comparable, expected_tables
 
 pytestmark = pytest.mark.kafka
@@ -106,7 +97,7 @@ def kafka_lake(lake: Lake, kafka_broker: KafkaPorts) -> KafkaLake:
     mp.setenv("LAKEHOUSE_KAFKA_BOOTSTRAP", kafka_broker.bootstrap)
     mp.setenv("LAKEHOUSE_ORDERS_KAFKA_TOPICS", topic)
     mp.delenv("LAKEHOUSE_ORDERS_KAFKA_TOPIC_PATTERN", raising=False)
-    mp.delenv(kafka.ACCESS_FILE_ENV, raising=False)
+    mp.delenv(ACCESS_FILE_ENV, raising=False)
     return KafkaLake(lake, kafka_broker, topic)
 
 
@@ -199,7 +190,7 @@ def test_offsets_that_aged_out_stop_bronze_with_a_named_error(kafka_lake: KafkaL
 
     # Without the pre-flight check, Spark's own failOnDataLoss stops it: the same error.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(kafka, "check_offsets", lambda *a, **k: kafka.PreflightReport(1, 11, [], 0))
+        mp.setattr(brokers, "check_offsets", lambda *a, **k: brokers.PreflightReport(1, 11, [], 0))
         assert lake.run("bronze") == 2
     errors = [e for (e,) in kafka_lake.run_log("error") if e]
     assert errors[-1].startswith("KafkaOffsetsLost: Spark stopped reading Kafka"), errors[-1]
@@ -331,58 +322,6 @@ def test_a_kafka_replay_adds_only_what_bronze_misses_and_refuses_a_range_that_is
     assert lake.version("bronze/orders_events") == version, "refused before the stream ran"
 
 
-def test_a_kafka_replay_is_checked_before_it_runs(lake: Lake) -> None:
-    replay = {"kafka_replay_from": "2026-11-02T00:00:00Z", "kafka_replay_to": "2026-11-03T00:00Z"}
-    assert RunParams.parse(replay).job_args("bronze")[-4:] == [
-        "--kafka-replay-from", "2026-11-02T00:00:00+00:00",
-        "--kafka-replay-to", "2026-11-03T00:00:00+00:00",
-    ]  # fmt: skip
-    assert "--kafka-replay-from" not in RunParams.parse(replay).job_args("silver")
-    for bad, problem in (
-        ({"kafka_replay_from": "2026-11-02T00:00:00Z"}, "needs both"),
-        (
-            {**replay, "kafka_replay_to": "2026-11-01T00:00:00Z"},
-            "ends (2026-11-01T00:00:00+00:00) before",
-        ),
-        ({**replay, "layers": ["silver", "gold"]}, "include bronze in layers"),
-        ({**replay, "kafka_replay_to": "../etc"}, "not an ISO-8601 time"),
-    ):
-        with pytest.raises(InvalidRunParams, match=re.escape(problem)):
-            RunParams.parse(bad)
-    # The files source has no replay: refused by the job before anything is written.
-    assert lake.run("bronze", "--kafka-replay-from", "2026-11-02T00:00:00Z",
-                    "--kafka-replay-to", "2026-11-03T00:00:00Z") == 2  # fmt: skip
-    (error,) = lake.rows("ops/run_log", ["error"])
-    assert error[0].startswith("InvalidRunParams: Refused to run: a Kafka replay needs the Kafka")
-
-
-def test_a_replay_plan_stays_below_the_checkpoint_and_refuses_what_may_be_gone() -> None:
-    start = datetime(2026, 11, 2, tzinfo=UTC)
-    brokers = {
-        ("t", 0): Watermarks(0, 100),
-        ("t", 1): Watermarks(0, 50),
-        ("t", 2): Watermarks(0, 30),  # not read by the stream yet: the stream's
-        ("t", 3): Watermarks(0, 10),  # no record in the range
-    }
-    first = {("t", 0): 20, ("t", 1): 40, ("t", 2): 0, ("t", 3): -1}
-    after = {("t", 0): 60, ("t", 1): -1, ("t", 2): 10, ("t", 3): -1}
-    read = {("t", 0): 80, ("t", 1): 45, ("t", 3): 10}
-    assert kafka.replay_plan(brokers, first, after, read, start) == [
-        kafka.ReplayRange("t", 0, 20, 60),
-        kafka.ReplayRange("t", 1, 40, 45),  # 45..49 are the next stream run's
-    ]
-    aged = {**brokers, ("t", 0): Watermarks(20, 100)}  # 0..19 are gone: they may be in range
-    with pytest.raises(KafkaReplayUnavailable, match=r"t\[0\] no longer holds offsets 0..19"):
-        kafka.replay_plan(aged, first, after, read, start)
-    later = {**first, ("t", 0): 21}  # offset 20 is older than the range: nothing is missing
-    assert kafka.replay_plan(aged, later, after, read, start)[0] == kafka.ReplayRange(
-        "t", 0, 21, 60
-    )
-    assert kafka.offsets_json(kafka.replay_plan(brokers, first, after, read, start), "end") == (
-        '{"t": {"0": 60, "1": 45}}'
-    )
-
-
 def test_a_missing_topic_a_dead_broker_or_a_bad_login_stops_bronze_with_a_named_error(
     kafka_lake: KafkaLake, tmp_path: Path
 ) -> None:
@@ -398,9 +337,9 @@ def test_a_missing_topic_a_dead_broker_or_a_bad_login_stops_bronze_with_a_named_
         username=user,
         password="not-" + password,
     )
-    mp.setenv(kafka.ACCESS_FILE_ENV, str(wrong.write(tmp_path / "wrong.json")))
+    mp.setenv(ACCESS_FILE_ENV, str(wrong.write(tmp_path / "wrong.json")))
     assert lake.run("bronze") == 2
-    mp.delenv(kafka.ACCESS_FILE_ENV)
+    mp.delenv(ACCESS_FILE_ENV)
     mp.setenv("LAKEHOUSE_KAFKA_BOOTSTRAP", "127.0.0.1:1")
     t0 = time.monotonic()
     assert lake.run("bronze") == 2
@@ -436,7 +375,7 @@ def test_sasl_credentials_from_the_access_file_work_and_stay_hidden(
         password=password,
     ).write(tmp_path / "access.json")
     assert path.stat().st_mode & 0o777 == 0o600
-    lake.monkeypatch.setenv(kafka.ACCESS_FILE_ENV, str(path))
+    lake.monkeypatch.setenv(ACCESS_FILE_ENV, str(path))
     assert lake.run("bronze") == 0
     assert lake.table("bronze/orders_events").count() == 3  # the credential works
 
@@ -605,154 +544,3 @@ def test_the_operator_refuses_before_any_jvm_starts(kafka_lake: KafkaLake) -> No
     ) in output
     assert "Spark-Submit cmd" not in output
     assert not lake.root.joinpath("ops").exists(), "no job ran, so no run was logged"
-
-
-# --------------------------------------------------------------- without a broker
-
-
-def test_lost_offsets_name_every_partition_and_range() -> None:
-    brokers = {
-        ("t", 0): Watermarks(120, 300),  # aged out: 100..119
-        ("t", 1): Watermarks(0, 50),  # fine
-        ("t", 2): Watermarks(0, 40),  # recreated: the checkpoint read up to 90
-        ("t", 3): Watermarks(7, 9),  # added later, its first 7 records already gone
-        ("t", 4): Watermarks(0, 5),  # added later, complete
-    }
-    start = {("t", 0): 100, ("t", 1): 50, ("t", 2): 90, ("u", 0): 12}
-    assert kafka.lost_offsets(start, brokers) == [
-        "t[0] offsets 100..119 (20 records; the earliest left is 120)",
-        "t[2] ends at offset 40 but was already read up to 90: the topic was deleted and "
-        "created again, or truncated",
-        "t[3] offsets 0..6 (7 records; the earliest left is 7)",
-        "u[0] is gone (read up to offset 12; whatever came after it is lost)",
-    ]
-    assert kafka.lost_offsets(None, brokers) == [], "a new stream starts at the earliest"
-
-
-def test_checkpoint_offsets_resume_after_the_last_committed_batch() -> None:
-    meta = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}'
-    files = {
-        "sources/0/0": '\x00v1\n{"t":{"0":0}}',
-        "offsets/0": f'v1\n{meta}\n{{"t":{{"0":10}}}}',
-        "offsets/1": f'v1\n{meta}\n{{"t":{{"0":25,"1":3}}}}',  # planned, never committed
-        "commits/0": 'v1\n{"nextBatchWatermarkMs":0}',
-    }
-
-    def reader(names: dict[str, str]) -> tuple:
-        def list_names(folder: str) -> list[str]:
-            return [k.split("/")[-1] for k in names if k.rsplit("/", 1)[0] == folder]
-
-        return list_names, names.get
-
-    assert kafka.checkpoint_offsets(*reader(files)) == {("t", 0): 10}
-    no_commit = {k: v for k, v in files.items() if not k.startswith("commits")}
-    assert kafka.checkpoint_offsets(*reader(no_commit)) == {("t", 0): 0}
-    assert kafka.checkpoint_offsets(*reader({})) is None
-    from_files = {**files, "offsets/0": f'v1\n{meta}\n{{"logOffset":3}}'}
-    with pytest.raises(CheckpointInconsistent, match="written by another source"):
-        kafka.checkpoint_offsets(*reader(from_files))
-
-
-def test_connection_fields_become_client_settings_without_showing_secrets() -> None:
-    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"
-    access = KafkaAccess.from_connection(
-        host="b1.example:9093,b2.example:9093",
-        port=None,
-        login="svc",
-        password='p"a\\ss',
-        extra={"sasl_mechanism": "SCRAM-SHA-256", "ssl_ca_pem": pem},
-        bootstrap_override=None,
-        default_bootstrap="127.0.0.1:9092",
-    )
-    assert access.security_protocol == "SASL_SSL"  # a login never travels in plain text
-    assert access.spark_options() == {
-        "kafka.bootstrap.servers": "b1.example:9093,b2.example:9093",
-        "kafka.security.protocol": "SASL_SSL",
-        "kafka.sasl.mechanism": "SCRAM-SHA-256",
-        "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
-        'required username="svc" password="p\\"a\\\\ss";',
-        "kafka.ssl.truststore.type": "PEM",
-        "kafka.ssl.truststore.certificates": pem,
-        "kafka.ssl.endpoint.identification.algorithm": "https",
-    }
-    assert access.client_config()["sasl.password"] == 'p"a\\ss'
-    assert access.client_config()["ssl.ca.pem"] == pem
-    assert access.secrets == ('p"a\\ss',)
-    assert "a\\ss" not in repr(access) and "a\\ss" not in access.describe()
-
-    override = KafkaAccess.from_connection(
-        host="b1.example",
-        port=9093,
-        login=None,
-        password=None,
-        extra={},
-        bootstrap_override="127.0.0.1:19092",
-        default_bootstrap="x:1",
-    )
-    assert override.bootstrap_servers == "127.0.0.1:19092"
-    for login, extra, problem in [
-        (None, {"security_protocol": "SASL_PLAINTEXT"}, "needs a login and a password"),
-        ("u", {"sasl_mechanism": "GSSAPI"}, "sasl_mechanism 'GSSAPI' is not one of"),
-        ("u", {"sasl_password": "x"}, "unknown extra fields ['sasl_password']"),
-        (None, {"ssl_ca_pem": pem}, "['ssl_ca_pem'] need the SSL or SASL_SSL protocol"),
-    ]:
-        with pytest.raises(ConfigurationError, match=re.escape(problem)):
-            KafkaAccess.from_connection(
-                host="h:1",
-                port=None,
-                login=login,
-                password=login and "secret-pw",
-                extra=extra,
-                bootstrap_override=None,
-                default_bootstrap="x:1",
-            )
-
-
-def test_spark_data_loss_errors_get_the_named_error() -> None:
-    message = (  # as Spark 4.1 words it
-        "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: Some data may "
-        "have been lost because they are not available in Kafka any more;\neither the data "
-        "was aged out by Kafka or the topic may have been deleted before all the data in the"
-        "\ntopic was processed.\nIf you don't want your streaming query to fail on such "
-        "cases, set the source option failOnDataLoss to false.\nReason: Could not read "
-        "records in offset [10, 21) for topic partition t-0\nwith consumer group g-executor. "
-        "SQLSTATE: XXKST\n=== Streaming Query ===\nIdentifier: orders_bronze"
-    )
-    lost = kafka.from_spark_error(message)
-    assert lost is not None and lost.code == "KafkaOffsetsLost"
-    assert str(lost).startswith(
-        "Spark stopped reading Kafka: Could not read records in offset [10, 21) for topic "
-        "partition t-0 with consumer group g-executor. What to do: Nothing was written."
-    )
-    assert kafka.from_spark_error("[DELTA_CONCURRENT_APPEND] ...") is None
-
-
-def test_topic_subscriptions_are_checked() -> None:
-    assert KafkaSubscription(("a.b", "c")).spark_options() == {"subscribe": "a.b,c"}
-    assert KafkaSubscription(pattern=r"orders\..*").matches("orders.eu")
-    assert not KafkaSubscription(pattern=r"orders\..*").matches("xorders.eu")
-    assert not KafkaSubscription(pattern=r".*").matches("__consumer_offsets")
-    for topics, pattern, problem in [
-        ((), None, "exactly one"),
-        (("a",), "a", "exactly one"),
-        (("bad topic",), None, "not valid topic names"),
-        ((), "(", "not a regular expression"),
-    ]:
-        with pytest.raises(ConfigurationError, match=problem):
-            KafkaSubscription(topics, pattern)
-    for env, problem in [
-        (
-            {"LAKEHOUSE_ORDERS_KAFKA_TOPICS": "a", "LAKEHOUSE_ORDERS_KAFKA_TOPIC_PATTERN": "a.*"},
-            "not both",
-        ),
-        ({"LAKEHOUSE_KAFKA_BOOTSTRAP": "kafka://b1:9092"}, "use host:port"),
-    ]:
-        with pytest.raises(ConfigurationError, match=problem):
-            Settings.from_env({"LAKEHOUSE_ROOT": "/tmp/lake", **env})
-    settings = Settings.from_env(
-        {"LAKEHOUSE_ROOT": "/tmp/lake", "LAKEHOUSE_ORDERS_KAFKA_TOPICS": "a, b"}
-    )
-    assert kafka.subscription(ORDERS, settings) == KafkaSubscription(("a", "b"))
-    assert kafka.subscription(ORDERS, Settings.from_env({"LAKEHOUSE_ROOT": "/tmp/lake"})) == (
-        KafkaSubscription(("orders.events",))
-    )

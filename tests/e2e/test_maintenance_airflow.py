@@ -12,9 +12,9 @@ import pytest
 from lakehouse.local.env import subprocess_env
 from lakehouse.sample_data import OrderEventGenerator
 from lakehouse.settings import Settings
-from tests.conftest import Lake
+from tests.lake import Lake
 from tests.oracle import comparable, expected_tables
-from tests.test_maintenance import RETENTION_CHECK, deliver, run_layers
+from tests.spark.test_maintenance import RETENTION_CHECK, deliver, run_layers
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow]
 

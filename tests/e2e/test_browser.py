@@ -20,8 +20,9 @@ from urllib.parse import quote
 import pytest
 
 from lakehouse.sample_data import OrderEventGenerator, render_file
-from tests.airflow_server import AirflowServer, airflow_server
-from tests.conftest import PROJECT_DIR, Lake
+from tests import PROJECT_DIR
+from tests.e2e.airflow_server import AirflowServer, airflow_server
+from tests.lake import Lake
 from tests.oracle import comparable, expected_tables, split_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(2400)]

@@ -1,0 +1,90 @@
+"""The context every maintenance action works in: Spark, the settings, the pipeline, the
+table locks, and the run log row each action leaves."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from jobs.runtime import JobRun, RunRecord
+from jobs.storage import HadoopStorage
+from lakehouse.checkpoints import Checkpoint
+from lakehouse.locks import table_locks
+from lakehouse.settings import Settings
+from lakehouse.specs import PipelineSpec, StreamSpec
+
+log = logging.getLogger("lakehouse.maintenance")
+
+Outcome = tuple[str, dict[str, Any]]  # (status, details)
+
+
+@dataclass
+class ActionContext:
+    """What an action may touch. ``dry_run``: measure and report, change nothing."""
+
+    spark: SparkSession
+    settings: Settings
+    pipeline: PipelineSpec
+    job: JobRun
+    dry_run: bool = False
+    # When the current action held which write locks (for its run-log row).
+    lock_windows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def owner(self) -> str:
+        return f"{self.pipeline.name}.maintenance run {self.job.args.run_id}"
+
+    def path(self, relative: str) -> str:
+        return self.settings.path(relative)
+
+    def checkpoint(self, stream: StreamSpec) -> Checkpoint:
+        return Checkpoint(HadoopStorage(self.spark), self.settings.path(stream.checkpoint))
+
+    @contextmanager
+    def locked(self, tables: Sequence[str]) -> Iterator[float]:
+        """Hold the write locks of ``tables``; yields how long it waited for them."""
+        t0 = time.monotonic()
+        with table_locks(self.settings, tables, self.owner, self.settings.lock_wait_s):
+            waited_s = round(time.monotonic() - t0, 3)
+            since = datetime.now(UTC)
+            try:
+                yield waited_s
+            finally:
+                self.lock_windows.append(
+                    {
+                        "tables": sorted(tables),
+                        "waited_s": waited_s,
+                        "from": since.isoformat(),
+                        "to": datetime.now(UTC).isoformat(),
+                    }
+                )
+
+    def act(self, action: str, layer: str, what: str, work: Callable[[], Outcome]) -> RunRecord:
+        """Run one action, log one line and one run-log row for it, whatever happens."""
+        record = self.job.new_record(layer, action)
+        self.lock_windows = []
+        try:
+            record.status, record.details = work()
+        except Exception as exc:
+            record.fail(exc)
+            if record.status == "failed":
+                log.exception("%s of %s failed", action, what)
+        record.ended_at = datetime.now(UTC)
+        record.details = {"target": what, **record.details, "locks": self.lock_windows}
+        log.info(
+            "%s %s: %s (%.1fs) %s",
+            action,
+            what,
+            record.status,
+            record.duration_s or 0.0,
+            record.details.get("reason") or record.error or "",
+        )
+        self.job.log(record)
+        return record
