@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import ROUND_HALF_UP, Decimal
@@ -285,7 +286,7 @@ def _row(customer_id: str, version: dict[str, Any], valid_to: datetime | None) -
     )
 
 
-def expected_customers(records: list[bytes | None]) -> ExpectedCustomers:
+def expected_customers(records: Iterable[bytes | None]) -> ExpectedCustomers:
     """``records`` are raw records in delivery order; ``None`` is a Kafka message without
     a value (a tombstone): a record with no text, which is not JSON."""
     expected = ExpectedCustomers()
