@@ -1,7 +1,8 @@
 """JVM jars: resolved once from Maven Central into a local cache, then handed to Spark.
 
 ``make setup`` calls ``resolve_all``; sessions and spark-submit get the cached files through
-``spark.jars``, so no session start ever downloads anything. Jars that Spark already ships
+``spark.jars``, so no session start ever downloads anything. Sets: ``spark`` (Delta, the
+Kafka source), ``s3`` (s3a), ``kafka`` (the local broker). Jars that Spark already ships
 (by artifact name, whatever the version) are left out, exactly as ``--packages`` would keep
 Spark's own copies first.
 """
@@ -22,6 +23,9 @@ SPARK_VERSION = "4.1.1"
 SCALA_BINARY = "2.13"
 DELTA_VERSION = "4.4.0"
 KAFKA_BROKER_VERSION = "4.1.1"
+# The Hadoop client pyspark ships (jars/hadoop-client-api-<version>.jar); hadoop-aws must be
+# the same release, and brings the AWS SDK v2 bundle it was built against.
+HADOOP_VERSION = "3.4.2"
 
 # Delta publishes one jar per Spark minor version: delta-spark_<spark minor>_<scala>.
 _SPARK_MINOR = ".".join(SPARK_VERSION.split(".")[:2])
@@ -30,6 +34,10 @@ JAR_SETS: dict[str, tuple[str, ...]] = {
         f"io.delta:delta-spark_{_SPARK_MINOR}_{SCALA_BINARY}:{DELTA_VERSION}",
         f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{SPARK_VERSION}",
     ),
+    # s3a:// (S3AFileSystem) with the AWS SDK v2 bundle it needs. A set of its own because
+    # the bundle weighs 640 MB, which a standalone cluster copies into the work folder of
+    # every application: jobs carry it only when their root is on s3a (``spark_jars``).
+    "s3": (f"org.apache.hadoop:hadoop-aws:{HADOOP_VERSION}",),
     "kafka": (
         f"org.apache.kafka:kafka_{SCALA_BINARY}:{KAFKA_BROKER_VERSION}",
         "org.apache.logging.log4j:log4j-slf4j2-impl:2.24.3",
@@ -60,7 +68,11 @@ def jar_files(settings: Settings, jar_set: str) -> list[Path]:
 
 
 def spark_jars(settings: Settings) -> list[str]:
-    return [str(p) for p in jar_files(settings, "spark")]
+    """The jars a Spark session or job gets: Delta and Kafka, and s3a for a root on S3."""
+    jars = jar_files(settings, "spark")
+    if settings.root.startswith("s3a://"):
+        jars += jar_files(settings, "s3")
+    return [str(p) for p in jars]
 
 
 def _artifact(file_name: str) -> str:
@@ -98,7 +110,7 @@ def resolve(settings: Settings, jar_set: str, maven_repo: Path) -> list[Path]:
     target = jar_dir(settings, jar_set)
     if shutil.which("mvn") is None:
         raise JarsMissing("Maven (mvn) is needed once to resolve jars.", "Install Maven and rerun.")
-    skip = _spark_bundled_artifacts() if jar_set == "spark" else set()
+    skip = _spark_bundled_artifacts() if jar_set in ("spark", "s3") else set()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "pom.xml").write_text(_pom(coordinates))

@@ -36,7 +36,15 @@ variable                           meaning (default)
                                    between storage and driver (``3600``)
 ``LAKEHOUSE_RESTORE_ADMINS``       users allowed to trigger ``lakehouse_restore``, comma
                                    separated (``admin``)
+``AWS_ENDPOINT_URL``               an S3-compatible endpoint other than AWS, e.g. the local
+                                   server of ``make s3-up``; Spark's ``s3a://`` settings are
+                                   derived from it (unset: AWS itself)
+``AWS_REGION``                     the S3 region (``AWS_DEFAULT_REGION``, ``us-east-1``)
 =================================  ==========================================================
+
+S3 credentials are not settings: they stay in ``AWS_ACCESS_KEY_ID`` and
+``AWS_SECRET_ACCESS_KEY``, where S3A's default credential chain and delta-rs read them, so
+they never enter a settings object, the Spark configuration or a command line.
 """
 
 from __future__ import annotations
@@ -55,6 +63,8 @@ PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 SourceKind = Literal["file", "kafka"]
 DEFAULT_KAFKA_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_S3_REGION = "us-east-1"
+_ENDPOINT_RE = re.compile(r"^https?://[\w.\-]+(:\d{1,5})?/?$")
 _BOOTSTRAP_RE = re.compile(r"^[\w.\-]+:\d{1,5}(,[\w.\-]+:\d{1,5})*$")
 _MASTER_RE = re.compile(
     r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[\w.\-]+(:\d+)?(,[\w.\-]+(:\d+)?)*|yarn|k8s://\S+)$"
@@ -103,6 +113,8 @@ class Settings:
     vacuum_margin_s: int = 3600
     restore_admins: tuple[str, ...] = ("admin",)
     extra_spark_conf: Mapping[str, str] = field(default_factory=dict)
+    s3_endpoint: str | None = None
+    s3_region: str = DEFAULT_S3_REGION
     project_dir: Path = PROJECT_DIR
     jars_dir: Path = PROJECT_DIR / ".cache" / "jars"
 
@@ -126,6 +138,11 @@ class Settings:
             raise ConfigurationError(
                 "Set LAKEHOUSE_ORDERS_KAFKA_TOPICS or LAKEHOUSE_ORDERS_KAFKA_TOPIC_PATTERN, "
                 "not both."
+            )
+        if self.s3_endpoint is not None and not _ENDPOINT_RE.match(self.s3_endpoint):
+            raise ConfigurationError(
+                f"AWS_ENDPOINT_URL={self.s3_endpoint!r} is not an endpoint URL: use "
+                "http(s)://host[:port], e.g. http://127.0.0.1:8333."
             )
         if not re.fullmatch(r"\d+[kmgt]", self.driver_memory.lower()):
             raise ConfigurationError(
@@ -173,6 +190,9 @@ class Settings:
             driver_memory=env.get("LAKEHOUSE_DRIVER_MEMORY") or "2g",
             lock_wait_s=_int(env, "LAKEHOUSE_LOCK_WAIT_S", 60, 0, 86_400),
             extra_spark_conf={str(k): str(v) for k, v in extra.items()},
+            s3_endpoint=env.get("AWS_ENDPOINT_URL", "").strip().rstrip("/") or None,
+            s3_region=(env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "").strip()
+            or DEFAULT_S3_REGION,
             project_dir=project_dir,
             jars_dir=Path(env.get("LAKEHOUSE_JARS_DIR") or project_dir / ".cache" / "jars"),
         )
