@@ -153,3 +153,17 @@ def kafka_broker() -> Iterator[services.KafkaPorts]:
     yield services.kafka_ports(settings)
     if not was_up:
         services.down(settings, "kafka")
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[services.S3Server]:
+    """The local S3 server (`make s3-up`; built first if its binary is not cached), started
+    if it is not running and stopped again at the end if this session started it. Returns
+    its endpoint and credentials. A server that cannot start or build fails the tests that
+    need it: they never skip."""
+    settings = Settings.from_env()
+    was_up = services.is_up(settings, "s3")
+    services.up(settings, "s3")
+    yield services.s3_server(settings)
+    if not was_up:
+        services.down(settings, "s3")
