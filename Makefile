@@ -17,7 +17,7 @@ export LAKEHOUSE_HOME := $(CURDIR)
 
 .PHONY: help
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): requirements.txt pyproject.toml
 	@command -v java >/dev/null || [ -n "$$JAVA_HOME" ] || { echo "Java 17+ is required (JAVA_HOME or java on PATH)"; exit 1; }
@@ -44,8 +44,8 @@ demo: setup ## Sample data, two orders_pipeline runs through Airflow, a summary 
 	@$(PY) -m lakehouse.local.demo --source $(SOURCE)
 
 .PHONY: test
-test: setup browser ## The whole test suite (starts the Kafka broker and Spark cluster it needs)
-	@$(PY) -m pytest $(PYTEST_ARGS)
+test: setup browser ## The whole test suite (starts the Kafka broker, Spark cluster and S3 server it needs)
+	@GO="$(GO)" $(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: test-fast
 test-fast: $(STAMP) ## The unit tests only: no JVM, no service (tests/unit, about a minute)
@@ -79,6 +79,14 @@ kafka-up: setup ## Start a local Kafka broker (KRaft) on 127.0.0.1:9092, SASL on
 .PHONY: kafka-down
 kafka-down: ## Stop the local Kafka broker
 	@[ ! -x $(PY) ] || $(PY) -m lakehouse.local.services down kafka
+
+.PHONY: s3-up
+s3-up: $(STAMP) ## Start a local S3 server (SeaweedFS) on 127.0.0.1:8333 with a bucket lakehouse (builds it once)
+	@GO="$(GO)" $(PY) -m lakehouse.local.services up s3
+
+.PHONY: s3-down
+s3-down: ## Stop the local S3 server
+	@[ ! -x $(PY) ] || $(PY) -m lakehouse.local.services down s3
 
 .PHONY: compose-check
 compose-check: ## Validate docker-compose.yaml and docker/Dockerfile without Docker (needs Go)

@@ -20,7 +20,7 @@ from lakehouse.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lakehouse.local.services import KafkaPorts
+    from lakehouse.local.services import KafkaPorts, S3Server
     from tests.lake import Lake
 
 # PySpark turns timestamps into naive datetimes in the Python process's zone; pin it to UTC.
@@ -68,29 +68,45 @@ def lake(
     return Lake(spark, settings, monkeypatch)
 
 
-@pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[KafkaPorts]:
-    """The local Kafka broker (`make kafka-up`), started if it is not running and stopped
-    again at the end if this session started it. A broker that cannot start fails the
-    tests that need it: they never skip."""
+def _service(service: str) -> Iterator[Settings]:
+    """A local service (`make <service>-up`), started if it is not running and stopped again
+    at the end if this session started it. One that cannot start fails the tests that need
+    it: they never skip."""
     from lakehouse.local import services
 
     settings = Settings.from_env()
-    was_up = services.is_up(settings, "kafka")
-    services.up(settings, "kafka")
-    yield services.kafka_ports(settings)
-    if not was_up:
-        services.down(settings, "kafka")
+    was_up = services.is_up(settings, service)
+    services.up(settings, service)
+    try:
+        yield settings
+    finally:
+        if not was_up:
+            services.down(settings, service)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[KafkaPorts]:
+    """The local Kafka broker (`make kafka-up`)."""
+    from lakehouse.local import services
+
+    for settings in _service("kafka"):
+        yield services.kafka_ports(settings)
 
 
 @pytest.fixture(scope="session")
 def spark_cluster() -> Iterator[str]:
-    """The local standalone master and worker (`make spark-up`), started if not running."""
+    """The local standalone master and worker (`make spark-up`)."""
     from lakehouse.local import services
 
-    settings = Settings.from_env()
-    was_up = services.is_up(settings, "spark")
-    services.up(settings, "spark")
-    yield services.SPARK_MASTER_URL
-    if not was_up:
-        services.down(settings, "spark")
+    for _ in _service("spark"):
+        yield services.SPARK_MASTER_URL
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """The local S3 server (`make s3-up`; built first if its binary is not cached): its
+    endpoint and credentials."""
+    from lakehouse.local import services
+
+    for settings in _service("s3"):
+        yield services.s3_server(settings)

@@ -150,3 +150,34 @@ class KafkaAuthenticationFailed(LakehouseError):
         "Fix the login, password or sasl_mechanism of the Airflow connection lakehouse_kafka "
         "(see README, 'Kafka') and run again."
     )
+
+
+class GoNotFound(LakehouseError):
+    hint = (
+        "Install Go 1.26+ (https://go.dev/dl, or Debian's golang package) or put it on PATH "
+        "(GO=/path/to/go), then run again; it is needed once to build the local S3 server."
+    )
+
+
+class S3Error(LakehouseError):
+    """An S3 request got an answer it should not have (the message names the S3 error code)."""
+
+    hint = "See the S3 error code above; the request was not retried."
+
+
+class S3Unavailable(S3Error):
+    """Nothing answers at the S3 endpoint, or it answers with a server error."""
+
+    hint = (
+        "Start the local S3 server with `make s3-up` and load its settings with "
+        '`eval "$(make -s env)"`, or point AWS_ENDPOINT_URL at an S3 endpoint that answers.'
+    )
+
+
+class S3AccessDenied(S3Error):
+    """The S3 endpoint refused the request's credentials or its signature."""
+
+    hint = (
+        "Check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (for the local server: "
+        '`eval "$(make -s env)"` sets them from .services/s3/credentials.json).'
+    )

@@ -1,7 +1,8 @@
 """JVM jars: resolved once from Maven Central into a local cache, then handed to Spark.
 
 ``make setup`` calls ``resolve_all``; sessions and spark-submit get the cached files through
-``spark.jars``, so no session start ever downloads anything. Jars that Spark already ships
+``spark.jars``, so no session start ever downloads anything. Sets: ``spark`` (Delta, the
+Kafka source), ``s3`` (s3a), ``kafka`` (the local broker). Jars that Spark already ships
 (by artifact name, whatever the version) are left out, exactly as ``--packages`` would keep
 Spark's own copies first.
 """
@@ -26,9 +27,21 @@ SCALA_BINARY = "2.13"
 KAFKA_BROKER_VERSION = "4.1.1"
 
 
+
+def hadoop_version() -> str:
+    """The Hadoop client pyspark ships (``jars/hadoop-client-api-<version>.jar``): hadoop-aws
+    must be the same release, and brings the AWS SDK v2 bundle it was built against."""
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    for jar in jars.glob("hadoop-client-api-*.jar"):
+        return jar.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+    raise JarsMissing(f"pyspark ships no Hadoop client in {jars}.")
+
+
 @cache
 def jar_sets() -> dict[str, tuple[str, ...]]:
-    """Maven coordinates per jar set, for the installed Spark and Delta."""
+    """Maven coordinates per jar set, for the installed Spark, Delta and Hadoop."""
     spark = version("pyspark")
     delta = version("delta-spark")
     # Delta publishes one jar per Spark minor version: delta-spark_<spark minor>_<scala>.
@@ -38,6 +51,10 @@ def jar_sets() -> dict[str, tuple[str, ...]]:
             f"io.delta:delta-spark_{spark_minor}_{SCALA_BINARY}:{delta}",
             f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{spark}",
         ),
+        # s3a:// (S3AFileSystem) with the AWS SDK v2 bundle it needs. A set of its own because
+        # the bundle weighs 640 MB, which a standalone cluster copies into the work folder of
+        # every application: jobs carry it only when their root is on s3a (``spark_jars``).
+        "s3": (f"org.apache.hadoop:hadoop-aws:{hadoop_version()}",),
         "kafka": (
             f"org.apache.kafka:kafka_{SCALA_BINARY}:{KAFKA_BROKER_VERSION}",
             "org.apache.logging.log4j:log4j-slf4j2-impl:2.24.3",
@@ -69,7 +86,11 @@ def jar_files(settings: Settings, jar_set: str) -> list[Path]:
 
 
 def spark_jars(settings: Settings) -> list[str]:
-    return [str(p) for p in jar_files(settings, "spark")]
+    """The jars a Spark session or job gets: Delta and Kafka, and s3a for a root on S3."""
+    jars = jar_files(settings, "spark")
+    if settings.root.startswith("s3a://"):
+        jars += jar_files(settings, "s3")
+    return [str(p) for p in jars]
 
 
 def _artifact(file_name: str) -> str:
@@ -107,7 +128,7 @@ def resolve(settings: Settings, jar_set: str, maven_repo: Path) -> list[Path]:
     target = jar_dir(settings, jar_set)
     if shutil.which("mvn") is None:
         raise JarsMissing("Maven (mvn) is needed once to resolve jars.", "Install Maven and rerun.")
-    skip = _spark_bundled_artifacts() if jar_set == "spark" else set()
+    skip = _spark_bundled_artifacts() if jar_set in ("spark", "s3") else set()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "pom.xml").write_text(_pom(coordinates))

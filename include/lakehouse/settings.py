@@ -9,6 +9,12 @@ table the README shows).
 Settings of one pipeline are named after it, ``LAKEHOUSE_<PIPELINE>_<SETTING>`` (e.g.
 ``LAKEHOUSE_ORDERS_SOURCE``), and read by ``Settings.pipeline(spec)``: each pipeline picks
 its own source, topics and schedule, with its declaration's values as the defaults.
+
+S3 endpoints and regions are read from the variables every S3 client reads
+(``AWS_ENDPOINT_URL``, ``AWS_REGION``). S3 credentials are not settings: they stay in
+``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY``, where S3A's default credential chain and
+delta-rs read them, so they never enter a settings object, the Spark configuration or a
+command line.
 """
 
 from __future__ import annotations
@@ -32,7 +38,9 @@ if TYPE_CHECKING:
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 PREFIX = "LAKEHOUSE_"
 DEFAULT_KAFKA_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_S3_REGION = "us-east-1"
 
+_ENDPOINT_RE = r"^https?://[\w.\-]+(:\d{1,5})?/?$"
 _BOOTSTRAP_RE = r"^[\w.\-]+:\d{1,5}(,[\w.\-]+:\d{1,5})*$"
 _MASTER_RE = (
     r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[\w.\-]+(:\d+)?(,[\w.\-]+(:\d+)?)*|yarn|k8s://\S+)$"
@@ -239,6 +247,17 @@ class Settings(_EnvModel):
         description='extra Spark settings as a JSON object, e.g. ``{"spark.executor.memory": '
         '"4g"}``',
     )
+    s3_endpoint: str | None = Field(
+        None,
+        json_schema_extra=_env("s3_endpoint", "AWS_ENDPOINT_URL"),
+        description="an S3-compatible endpoint other than AWS, e.g. the local server of "
+        "``make s3-up``; Spark's ``s3a://`` settings are derived from it (unset: AWS itself)",
+    )
+    s3_region: str = Field(
+        DEFAULT_S3_REGION,
+        json_schema_extra=_env("s3_region", "AWS_REGION"),
+        description="the S3 region (or ``AWS_DEFAULT_REGION``)",
+    )
     project_dir: Path = Field(
         PROJECT_DIR,
         json_schema_extra=_env("project_dir", "LAKEHOUSE_HOME"),
@@ -271,6 +290,15 @@ class Settings(_EnvModel):
             raise ValueError("use host:port[,host:port...]")
         return value
 
+    @field_validator("s3_endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not re.match(_ENDPOINT_RE, value):
+            raise ValueError("not an endpoint URL: use http(s)://host[:port], e.g. http://127.0.0.1:8333")
+        return value.rstrip("/")
+
     @field_validator("driver_memory")
     @classmethod
     def _memory(cls, value: str) -> str:
@@ -302,7 +330,10 @@ class Settings(_EnvModel):
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         lakehouse = {k: v for k, v in env.items() if k.startswith(PREFIX)}
-        settings: Settings = cls._build(cls._read(lakehouse, environ=lakehouse))
+        raw = cls._read(env, environ=lakehouse)
+        if "s3_region" not in raw and env.get("AWS_DEFAULT_REGION", "").strip():
+            raw["s3_region"] = env["AWS_DEFAULT_REGION"].strip()
+        settings: Settings = cls._build(raw)
         return settings
 
     def pipeline(self, spec: PipelineSpec) -> PipelineSettings:

@@ -30,6 +30,28 @@ REDACTION_REGEX = (
 )
 
 
+def s3a_conf(settings: Settings) -> dict[str, str]:
+    """Hadoop S3A settings for an S3-compatible endpoint (``AWS_ENDPOINT_URL``), or none.
+
+    Credentials are deliberately absent; they stay in ``AWS_ACCESS_KEY_ID`` and
+    ``AWS_SECRET_ACCESS_KEY``. Spark copies those from its environment into the Hadoop
+    configuration (``fs.s3a.access.key``/``secret.key``, hidden by ``spark.redaction.regex``)
+    and S3A's default chain (``fs.s3a.aws.credentials.provider`` unset) takes them from there,
+    or through its ``EnvironmentVariableCredentialsProvider``; both checked on Hadoop 3.4.2.
+    So the secret is never in the Spark configuration or on a spark-submit command line.
+    """
+    if settings.s3_endpoint is None:
+        return {}
+    prefix = "spark.hadoop.fs.s3a."
+    return {
+        f"{prefix}endpoint": settings.s3_endpoint,
+        f"{prefix}endpoint.region": settings.s3_region,
+        # Buckets as the first path segment: a local server has no per-bucket host names.
+        f"{prefix}path.style.access": "true",
+        f"{prefix}connection.ssl.enabled": str(settings.s3_endpoint.startswith("https://")).lower(),
+    }
+
+
 def spark_conf(settings: Settings) -> dict[str, str]:
     """Spark and Delta settings every session of this project uses (jars excluded)."""
     partitions = str(settings.shuffle_partitions)
@@ -55,6 +77,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.files.ignoreMissingFiles": "false",
         "spark.sql.streaming.stopTimeout": "60s",
         "spark.redaction.regex": REDACTION_REGEX,
+        **s3a_conf(settings),
     }
     conf.update(settings.extra_spark_conf)
     return conf

@@ -1,7 +1,9 @@
 """Environment of a checkout: the project's venv on PATH, Airflow pointed at this project.
 
 ``make -s env`` prints these as shell exports; the demo and the tests pass the same mapping
-to the Airflow processes they start, so all three see one configuration.
+to the Airflow processes they start, so all three see one configuration. Once the local S3
+server has been set up (``make s3-up``), they include its endpoint and credentials as the
+``AWS_*`` variables that S3A, delta-rs and ``lakehouse.s3`` read.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from lakehouse.local import seaweedfs
 from lakehouse.settings import Settings
 
 AIRFLOW_ADMIN_USER = "admin"
@@ -57,7 +60,28 @@ def project_env(settings: Settings, base: Mapping[str, str] | None = None) -> di
     for key, value in base.items():
         if key.startswith("LAKEHOUSE_") and key not in env:
             env[key] = value
+    env.update(local_s3_env(settings, base))
     return env
+
+
+def local_s3_env(settings: Settings, base: Mapping[str, str]) -> dict[str, str]:
+    """The local S3 server's ``AWS_*`` variables, once its credentials exist.
+
+    A variable already set in ``base`` keeps its value; and if ``AWS_ENDPOINT_URL`` points
+    elsewhere, nothing is added, so the local keys never get mixed with another endpoint.
+    """
+    credentials = seaweedfs.local_credentials(settings)
+    if credentials is None:
+        return {}
+    local = {
+        "AWS_ENDPOINT_URL": seaweedfs.endpoint_url(seaweedfs.s3_port(base)),
+        "AWS_ACCESS_KEY_ID": credentials.access_key_id,
+        "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key,
+        "AWS_REGION": seaweedfs.REGION,
+    }
+    if base.get("AWS_ENDPOINT_URL", local["AWS_ENDPOINT_URL"]) != local["AWS_ENDPOINT_URL"]:
+        return {}
+    return {key: base.get(key) or value for key, value in local.items()}
 
 
 def shell_exports(env: Mapping[str, str]) -> str:

@@ -1,16 +1,24 @@
-"""Local services as plain processes: a Spark standalone master and worker, a Kafka broker.
+"""Local services as plain processes: a Spark standalone master and worker, a Kafka broker,
+an S3 server.
 
-The same services ``docker-compose.yaml`` runs as containers, started here from the pyspark
-distribution and from Apache Kafka's jars in the local jar cache, so development, tests and
-CI need no Docker. Each service keeps its pid, log and data under ``.services/`` (ignored by
-git); ``up`` waits until the service answers, ``down`` stops it and its children.
+Spark and Kafka are the services ``docker-compose.yaml`` runs as containers, started here
+from the pyspark distribution and from Apache Kafka's jars in the local jar cache, so
+development, tests and CI need no Docker. The S3 server is SeaweedFS (``weed mini``), built
+once from source (``lakehouse.local.seaweedfs``). Each service keeps its pid, log and data under
+``.services/`` (ignored by git); ``up`` waits until the service answers, ``down`` stops it
+and its children.
 
 The Kafka broker listens where ``LAKEHOUSE_KAFKA_BOOTSTRAP`` points (``127.0.0.1:9092`` by
 default), its KRaft controller on the next port and a ``SASL_PLAINTEXT`` listener (PLAIN and
 SCRAM) on the one after, for trying credentials the way a secured cluster asks for them.
 
-    python -m lakehouse.local.services up spark|kafka
-    python -m lakehouse.local.services down spark|kafka
+The S3 server listens on 127.0.0.1:``LAKEHOUSE_S3_PORT`` (8333) and its internal master,
+volume, filer and admin servers on the next four ports (each with a gRPC port 10000 above). It knows
+one identity, made at the first start (``.services/s3/credentials.json``); anonymous requests
+are refused. ``up`` creates the bucket ``lakehouse``.
+
+    python -m lakehouse.local.services up spark|kafka|s3
+    python -m lakehouse.local.services down spark|kafka|s3
     python -m lakehouse.local.services status
 """
 
@@ -32,10 +40,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lakehouse.errors import ConfigurationError, LakehouseError
+from lakehouse.errors import ConfigurationError, LakehouseError, S3Error
 from lakehouse.jars import jar_dir, jar_files
+from lakehouse.local import seaweedfs
 from lakehouse.local.env import subprocess_env
 from lakehouse.preflight import java_executable
+from lakehouse.s3 import S3Client, S3Config
 from lakehouse.settings import Settings
 
 SPARK_MASTER_URL = "spark://127.0.0.1:7077"
@@ -43,6 +53,8 @@ SPARK_MASTER_UI_PORT = 8090
 SPARK_WORKER_UI_PORT = 8091
 # The local broker's SASL user for PLAIN; its password is made at the first start.
 KAFKA_PLAIN_USER = "lakehouse"
+# Written and deleted by `up s3` to prove the server takes writes.
+S3_PROBE_KEY = "_lakehouse/up-probe"
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,8 @@ class Process:
     ports: tuple[int, ...] = ()
     # One-time work before the first start (after the port check), e.g. formatting storage.
     prepare: Callable[[], None] | None = None
+    # Work once it answers, at every `up` (so idempotent), e.g. creating a bucket.
+    after_ready: Callable[[], None] | None = None
 
 
 def services_dir(settings: Settings) -> Path:
@@ -91,6 +105,8 @@ def _start(settings: Settings, process: Process) -> float:
     """Start ``process`` unless it runs; wait until ready. Returns seconds waited."""
     t0 = time.monotonic()
     if _running_pid(settings, process.name) is not None and process.ready():
+        if process.after_ready is not None:
+            process.after_ready()
         return 0.0
     taken = [port for port in process.ports if _port_open(port)]
     if taken and _running_pid(settings, process.name) is None:
@@ -98,7 +114,8 @@ def _start(settings: Settings, process: Process) -> float:
             f"{process.name}: port {', '.join(map(str, taken))} on 127.0.0.1 is taken by a "
             f"process that {settings.project_dir} did not start.",
             "Stop that process, or (for Kafka) set LAKEHOUSE_KAFKA_BOOTSTRAP to "
-            "127.0.0.1:<a free port>; the broker also takes the next two ports.",
+            "127.0.0.1:<a free port>; the broker also takes the next two ports (for S3: "
+            "LAKEHOUSE_S3_PORT, the server takes the next four and each one 10000 above).",
         )
     if process.prepare is not None:
         process.prepare()
@@ -119,6 +136,8 @@ def _start(settings: Settings, process: Process) -> float:
             tail = log_path.read_text(errors="replace")[-3000:]
             raise RuntimeError(f"{process.name} exited with {child.returncode}:\n{tail}")
         if process.ready():
+            if process.after_ready is not None:
+                process.after_ready()
             return time.monotonic() - t0
         time.sleep(0.5)
     _stop(settings, process.name)
@@ -376,11 +395,157 @@ def kafka_processes(settings: Settings) -> list[Process]:
     ]
 
 
+# ----------------------------------------------------------------------------------- s3
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """The local S3 server: where it answers and the identity that may use it."""
+
+    port: int
+    credentials: seaweedfs.LocalCredentials
+
+    @property
+    def endpoint(self) -> str:
+        return seaweedfs.endpoint_url(self.port)
+
+    @property
+    def internal_ports(self) -> tuple[int, int, int, int]:
+        """SeaweedFS's master, volume, filer and admin HTTP ports."""
+        return (self.port + 1, self.port + 2, self.port + 3, self.port + 4)
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        http = (self.port, *self.internal_ports)
+        return (*http, *(p + 10000 for p in http))
+
+    def config(self) -> S3Config:
+        return S3Config(
+            self.endpoint,
+            self.credentials.access_key_id,
+            self.credentials.secret_access_key,
+            seaweedfs.REGION,
+        )
+
+    def client(self, timeout_s: float = 10.0) -> S3Client:
+        return S3Client(self.config(), seaweedfs.BUCKET, timeout_s=timeout_s)
+
+
+def s3_server(settings: Settings) -> S3Server:
+    """The local S3 server's port and credentials (made at the first call)."""
+    credentials = seaweedfs.local_credentials(settings, create=True)
+    assert credentials is not None
+    return S3Server(seaweedfs.s3_port(), credentials)
+
+
+def _s3_process_name(server: S3Server) -> str:
+    return f"s3-{server.port}"
+
+
+def _s3_identities(credentials: seaweedfs.LocalCredentials) -> str:
+    # SeaweedFS's static identities file: with any identity configured, a request without
+    # a valid signature is refused (no identity named "anonymous" is declared).
+    return json.dumps(
+        {
+            "identities": [
+                {
+                    "name": "lakehouse",
+                    "credentials": [
+                        {
+                            "accessKey": credentials.access_key_id,
+                            "secretKey": credentials.secret_access_key,
+                        }
+                    ],
+                    "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+                }
+            ]
+        },
+        indent=2,
+    )
+
+
+def _s3_ready(server: S3Server) -> bool:
+    """A signed request gets an answer: HEAD of the bucket is 200, or 404 before it exists."""
+    if not _port_open(server.port):
+        return False
+    try:
+        server.client(timeout_s=5.0).bucket_exists()
+    except S3Error:
+        return False
+    return True
+
+
+def _s3_bucket_writable(server: S3Server) -> None:
+    """Create the bucket if needed, then wait until an object can be written.
+
+    After a restart the master refuses to place new data for a 15 s warm-up (three of its
+    fixed 5 s pulses, not configurable) while the gateway already answers; a first write
+    then hangs that long. A probe write makes `up` return only once writes are served.
+    """
+    client = server.client(timeout_s=60.0)
+    if not client.bucket_exists():
+        client.create_bucket()
+    client.put(S3_PROBE_KEY, b"up")
+    client.delete(S3_PROBE_KEY)
+
+
+def s3_processes(settings: Settings) -> list[Process]:
+    server = s3_server(settings)
+    weed = seaweedfs.weed_binary(settings)
+    # One folder per port, as for Kafka: the filer and volume servers record their address.
+    base = seaweedfs.s3_dir(settings) / str(server.port)
+    data_dir = base / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    identities = base / "identities.json"
+    fd = os.open(identities, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(_s3_identities(server.credentials))
+    os.chmod(identities, 0o600)
+    master, volume, filer, admin = server.internal_ports
+    argv = [
+        str(weed),
+        "mini",
+        f"-dir={data_dir}",
+        # -ip is the address the parts advertise to each other; without it the master hands
+        # out the machine's other address and the S3 gateway dials itself there.
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-s3.port={server.port}",
+        f"-master.port={master}",
+        f"-volume.port={volume}",
+        f"-filer.port={filer}",
+        # mini always runs its admin server (maintenance workers); without the UI it only
+        # serves them, on loopback.
+        f"-admin.port={admin}",
+        f"-s3.config={identities}",
+        # Only S3: no WebDAV, admin UI, Iceberg or Lance endpoints, no IAM API, no telemetry.
+        "-webdav=false",
+        "-admin.ui=false",
+        "-admin.port.legacy=0",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        "-s3.iam=false",
+        "-master.telemetry=false",
+    ]
+    return [
+        Process(
+            _s3_process_name(server),
+            argv,
+            lambda: _s3_ready(server),
+            subprocess_env(settings),
+            60.0,
+            ports=server.ports,
+            after_ready=lambda: _s3_bucket_writable(server),
+        )
+    ]
+
+
 # ------------------------------------------------------------------------------ commands
 
 SERVICES: dict[str, Callable[[Settings], list[Process]]] = {
     "spark": spark_processes,
     "kafka": kafka_processes,
+    "s3": s3_processes,
 }
 
 
@@ -392,6 +557,8 @@ def up(settings: Settings, service: str) -> float:
 def down(settings: Settings, service: str) -> None:
     if service == "kafka":
         names = [_kafka_process_name(kafka_ports(settings))]
+    elif service == "s3":
+        names = [_s3_process_name(s3_server(settings))]
     else:
         names = ["spark-worker", "spark-master"]
     for name in names:
@@ -401,6 +568,9 @@ def down(settings: Settings, service: str) -> None:
 def is_up(settings: Settings, service: str) -> bool:
     if service == "spark":
         return _running_pid(settings, "spark-master") is not None and _spark_workers_alive() > 0
+    if service == "s3":
+        server = s3_server(settings)
+        return _running_pid(settings, _s3_process_name(server)) is not None and _s3_ready(server)
     ports = kafka_ports(settings)
     return _running_pid(settings, _kafka_process_name(ports)) is not None and _kafka_ready(
         ports.bootstrap
@@ -425,6 +595,8 @@ def main(argv: list[str] | None = None) -> int:
             if service == "kafka":
                 ports = kafka_ports(settings)
                 where = f"{ports.bootstrap} (SASL_PLAINTEXT on {ports.sasl_bootstrap})"
+            elif service == "s3":
+                where = f"{s3_server(settings).endpoint}, bucket {seaweedfs.BUCKET}"
             print(f"{service} is up at {where} (ready after {seconds:.1f}s)")
         elif args.command == "down":
             down(settings, service)

@@ -1,0 +1,263 @@
+"""A minimal S3 client on the standard library: signed (SigV4) object requests, path-style.
+
+Why not pyarrow's or delta-rs's object store: neither can send ``If-None-Match: *`` on a PUT,
+and that conditional create is what a lock on S3 is built on (the first writer creates the
+key, every later one gets ``412 Precondition Failed``). The client also creates the local
+server's bucket and lets the tests prove what the server refuses. It knows a handful of
+requests and nothing else: no retries, no multipart uploads, objects in memory.
+
+Credentials come from the environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``),
+the endpoint and region from the settings (``AWS_ENDPOINT_URL``, ``AWS_REGION``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import urllib.error
+import urllib.request
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from urllib.parse import quote, urlsplit
+
+from lakehouse.errors import ConfigurationError, S3AccessDenied, S3Error, S3Unavailable
+from lakehouse.settings import Settings
+
+_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+_XMLNS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+
+
+@dataclass(frozen=True)
+class S3Config:
+    """Where S3 is and who asks; the secret stays out of ``repr``."""
+
+    endpoint: str
+    access_key_id: str
+    secret_access_key: str = field(repr=False)
+    region: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> S3Config:
+        """Endpoint and region as the settings read them, credentials from ``AWS_*``.
+
+        Raises
+        ------
+        ConfigurationError
+            When a credential variable is unset, naming it.
+        """
+        env = os.environ if env is None else env
+        settings = Settings.from_env(env)
+        missing = [k for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if not env.get(k)]
+        if missing:
+            raise ConfigurationError(
+                f"{' and '.join(missing)} not set: S3 requests are signed with them.",
+                'For the local S3 server run `make s3-up` and `eval "$(make -s env)"`.',
+            )
+        endpoint = settings.s3_endpoint or f"https://s3.{settings.s3_region}.amazonaws.com"
+        return cls(
+            endpoint, env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], settings.s3_region
+        )
+
+    def storage_options(self) -> dict[str, str]:
+        """The same access as delta-rs / object_store ``storage_options`` (path-style)."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_REGION": self.region,
+            "AWS_ACCESS_KEY_ID": self.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
+            "AWS_ALLOW_HTTP": str(self.endpoint.startswith("http://")).lower(),
+        }
+
+
+@dataclass(frozen=True)
+class S3Response:
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+    @property
+    def error_code(self) -> str:
+        """The ``<Code>`` of an S3 error document ('' when there is none)."""
+        try:
+            return ET.fromstring(self.body).findtext("Code") or ""
+        except ET.ParseError:
+            return ""
+
+
+def _hmac(key: bytes, text: str) -> bytes:
+    return hmac.new(key, text.encode(), hashlib.sha256).digest()
+
+
+def _encode(text: str, safe: str = "-_.~") -> str:
+    return quote(text, safe=safe)
+
+
+def sign(
+    config: S3Config,
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    payload_sha256: str,
+    now: datetime | None = None,
+) -> dict[str, str]:
+    """The headers that sign one request with AWS Signature Version 4 (service ``s3``).
+
+    ``url`` must already be in canonical form (path segments and query URI-encoded, query
+    keys sorted), as ``S3Client`` builds it; every header in ``headers`` is signed.
+    """
+    now = now or datetime.now(UTC)
+    amz_date = now.strftime("%Y%m%dT%H%M%SZ")
+    day = amz_date[:8]
+    parts = urlsplit(url)
+    signed = {
+        **{k.lower(): str(v).strip() for k, v in headers.items()},
+        "host": parts.netloc,
+        "x-amz-content-sha256": payload_sha256,
+        "x-amz-date": amz_date,
+    }
+    names = sorted(signed)
+    canonical = "\n".join(
+        [
+            method,
+            parts.path or "/",
+            parts.query,
+            "".join(f"{name}:{signed[name]}\n" for name in names),
+            ";".join(names),
+            payload_sha256,
+        ]
+    )
+    scope = f"{day}/{config.region}/s3/aws4_request"
+    to_sign = "\n".join(
+        ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
+    )
+    key = _hmac(f"AWS4{config.secret_access_key}".encode(), day)
+    for part in (config.region, "s3", "aws4_request"):
+        key = _hmac(key, part)
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    signed["authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={config.access_key_id}/{scope}, "
+        f"SignedHeaders={';'.join(names)}, Signature={signature}"
+    )
+    return signed
+
+
+class S3Client:
+    """Requests on one bucket, path-style (``<endpoint>/<bucket>/<key>``).
+
+    Parameters
+    ----------
+    config
+        Endpoint, region and credentials.
+    bucket
+        The bucket every call works in.
+    timeout_s
+        Socket timeout of one request.
+    """
+
+    def __init__(self, config: S3Config, bucket: str, *, timeout_s: float = 10.0) -> None:
+        self.config = config
+        self.bucket = bucket
+        self.timeout_s = timeout_s
+
+    def __repr__(self) -> str:
+        return f"S3Client({self.config.endpoint}, bucket={self.bucket!r})"
+
+    def url(self, key: str = "", query: Mapping[str, str] | None = None) -> str:
+        path = f"/{_encode(self.bucket)}"
+        if key:
+            path += "/" + _encode(key, safe="-_.~/")
+        if query:
+            path += "?" + "&".join(f"{_encode(k)}={_encode(v)}" for k, v in sorted(query.items()))
+        return self.config.endpoint.rstrip("/") + path
+
+    def request(
+        self,
+        method: str,
+        key: str = "",
+        *,
+        query: Mapping[str, str] | None = None,
+        body: bytes = b"",
+        headers: Mapping[str, str] | None = None,
+        signed: bool = True,
+    ) -> S3Response:
+        """Send one request and return whatever status it got (``signed=False``: anonymous).
+
+        Raises
+        ------
+        S3Unavailable
+            When nothing answers at the endpoint.
+        """
+        url = self.url(key, query)
+        all_headers = dict(headers or {})
+        if signed:
+            payload = hashlib.sha256(body).hexdigest() if body else _EMPTY_SHA256
+            all_headers = sign(self.config, method, url, all_headers, payload)
+        # A PUT carries its body even when empty: S3 wants a Content-Length on every PUT.
+        data = body if method in ("PUT", "POST") else None
+        request = urllib.request.Request(url, data=data, method=method, headers=all_headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return S3Response(response.status, dict(response.headers), response.read())
+        except urllib.error.HTTPError as exc:
+            return S3Response(exc.code, dict(exc.headers), exc.read())
+        except OSError as exc:
+            raise S3Unavailable(
+                f"No answer from S3 at {self.config.endpoint}: {getattr(exc, 'reason', exc)}."
+            ) from None
+
+    def _check(self, response: S3Response, what: str, ok: tuple[int, ...] = (200,)) -> S3Response:
+        if response.status in ok:
+            return response
+        message = f"{what} in s3://{self.bucket}: HTTP {response.status} {response.error_code}"
+        if response.status in (401, 403):
+            raise S3AccessDenied(f"S3 refused {message}.")
+        if response.status >= 500:
+            raise S3Unavailable(f"S3 failed {message}.")
+        raise S3Error(f"S3 answered {message}.")
+
+    def bucket_exists(self) -> bool:
+        response = self.request("HEAD")
+        return self._check(response, "HEAD bucket", (200, 404)).status == 200
+
+    def create_bucket(self) -> None:
+        """Create the bucket unless this identity already owns it."""
+        response = self.request("PUT")
+        if response.status == 409 and response.error_code == "BucketAlreadyOwnedByYou":
+            return
+        self._check(response, "create bucket")
+
+    def put(self, key: str, body: bytes) -> None:
+        self._check(self.request("PUT", key, body=body), f"PUT {key}")
+
+    def put_if_absent(self, key: str, body: bytes) -> bool:
+        """Create ``key`` only if no object has that key: ``True`` if this call created it,
+        ``False`` if it existed (the server answered 412 and left the object alone)."""
+        response = self.request("PUT", key, body=body, headers={"If-None-Match": "*"})
+        return self._check(response, f"PUT {key} if absent", (200, 412)).status == 200
+
+    def get(self, key: str) -> bytes | None:
+        """The object's bytes, or ``None`` if there is no such key."""
+        response = self._check(self.request("GET", key), f"GET {key}", (200, 404))
+        return response.body if response.status == 200 else None
+
+    def delete(self, key: str) -> None:
+        """Delete ``key``; deleting a missing key is not an error (as in S3)."""
+        self._check(self.request("DELETE", key), f"DELETE {key}", (200, 204))
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Every key under ``prefix``, in S3's order (ListObjectsV2, all pages)."""
+        keys: list[str] = []
+        token = ""
+        while True:
+            query = {"list-type": "2", "prefix": prefix}
+            if token:
+                query["continuation-token"] = token
+            response = self._check(self.request("GET", query=query), f"LIST {prefix}")
+            document = ET.fromstring(response.body)
+            keys += [e.findtext(f"{_XMLNS}Key") or "" for e in document.iter(f"{_XMLNS}Contents")]
+            token = document.findtext(f"{_XMLNS}NextContinuationToken") or ""
+            if document.findtext(f"{_XMLNS}IsTruncated") != "true" or not token:
+                return keys

@@ -1,0 +1,94 @@
+"""The S3 client and settings without a server: SigV4 signing, the s3a settings Spark gets,
+named errors, and what `make -s env` exports."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from lakehouse.errors import ConfigurationError, S3Unavailable
+from lakehouse.local import seaweedfs
+from lakehouse.local.env import project_env
+from lakehouse.s3 import S3Client, S3Config, sign
+from lakehouse.settings import Settings
+from lakehouse.submit import REDACTION_REGEX, spark_conf
+
+
+def test_sigv4_matches_the_aws_documentation_example() -> None:
+    # "Example: GET Object" of the S3 API reference (Signature Version 4, header auth).
+    config = S3Config(
+        "https://examplebucket.s3.amazonaws.com",
+        "AKIAIOSFODNN7EXAMPLE",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "us-east-1",
+    )
+    headers = sign(
+        config,
+        "GET",
+        "https://examplebucket.s3.amazonaws.com/test.txt",
+        {"Range": "bytes=0-9"},
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        now=datetime(2013, 5, 24, tzinfo=UTC),
+    )
+    assert headers["authorization"] == (
+        "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, "
+        "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
+        "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
+    )
+
+
+def test_spark_conf_points_s3a_at_the_endpoint_without_credentials() -> None:
+    env = {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:8333/",
+        "AWS_REGION": "eu-west-1",
+        "AWS_ACCESS_KEY_ID": "AKIDCANARY",
+        "AWS_SECRET_ACCESS_KEY": "secret-canary",
+    }
+    conf = spark_conf(Settings.from_env(env))
+    s3a = {k: v for k, v in conf.items() if k.startswith("spark.hadoop.fs.s3a.")}
+    assert s3a == {
+        "spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:8333",
+        "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1",
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+    }
+    assert not any("canary" in f"{k}={v}".lower() for k, v in conf.items())
+    assert not any(k.startswith("spark.hadoop.fs.s3a.") for k in spark_conf(Settings.from_env({})))
+    # Spark copies AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY into these Hadoop properties
+    # (see the round trip below); its redaction must hide them in the UI and event logs.
+    for key in ("fs.s3a.access.key", "fs.s3a.secret.key", "fs.s3a.session.token"):
+        assert re.search(REDACTION_REGEX, f"spark.hadoop.{key}")
+
+
+def test_a_bad_endpoint_or_missing_credentials_are_named() -> None:
+    with pytest.raises(ConfigurationError, match="AWS_ENDPOINT_URL"):
+        Settings.from_env({"AWS_ENDPOINT_URL": "127.0.0.1:8333"})
+    with pytest.raises(ConfigurationError, match="AWS_SECRET_ACCESS_KEY"):
+        S3Config.from_env({"AWS_ENDPOINT_URL": "http://127.0.0.1:8333", "AWS_ACCESS_KEY_ID": "x"})
+    config = S3Config("http://127.0.0.1:9", "id", "secret-canary", "us-east-1")
+    assert "secret-canary" not in repr(config)
+    with pytest.raises(S3Unavailable):
+        S3Client(config, "lakehouse", timeout_s=2).bucket_exists()
+
+
+def test_env_exports_the_local_server_without_overriding_the_user(tmp_path: Path) -> None:
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path)})
+    assert not any(k.startswith("AWS_") for k in project_env(settings, {}))
+
+    credentials = seaweedfs.local_credentials(settings, create=True)
+    assert credentials is not None
+    assert seaweedfs.credentials_path(settings).stat().st_mode & 0o777 == 0o600
+    exported = project_env(settings, {"LAKEHOUSE_S3_PORT": "9555"})
+    assert {k: v for k, v in exported.items() if k.startswith("AWS_")} == {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9555",
+        "AWS_ACCESS_KEY_ID": credentials.access_key_id,
+        "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key,
+        "AWS_REGION": "us-east-1",
+    }
+    assert project_env(settings, {"AWS_REGION": "eu-west-1"})["AWS_REGION"] == "eu-west-1"
+    # Another endpoint: the local keys are not added to it.
+    elsewhere = project_env(settings, {"AWS_ENDPOINT_URL": "https://s3.example.com"})
+    assert not any(k.startswith("AWS_") for k in elsewhere)
