@@ -31,9 +31,8 @@ from typing import TYPE_CHECKING, Any
 import pendulum
 from airflow.sdk import chain, dag, task
 
-from lakehouse.maintenance import maintained_tables
 from lakehouse.params import DEFAULT_RETENTION_HOURS, Action, MaintenanceParams
-from lakehouse.pipelines import ORDERS
+from lakehouse.registry import registry
 from lakehouse.settings import Settings
 from lakehouse_airflow.operators import MaintenanceJobOperator
 from lakehouse_airflow.params import dag_params
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 SETTINGS = Settings.from_env()  # environment variables only: no I/O at parse time
-TABLES = [t.name for t in maintained_tables(ORDERS)]
+TABLES = [t.name for t in registry(SETTINGS).tables]
 FLOOR = SETTINGS.vacuum_floor_hours
 PARAMS = dag_params(
     MaintenanceParams,
@@ -81,8 +80,9 @@ def lakehouse_maintenance() -> None:
 
         ctx: Context = context  # type: ignore[assignment]
         try:
+            settings = Settings.from_env()
             params: MaintenanceParams = MaintenanceParams.parse(dict(ctx["params"]))
-            params.check_against(maintained_tables(ORDERS), Settings.from_env().vacuum_floor_hours)
+            params.check_against(registry(settings).tables, settings.vacuum_floor_hours)
         except LakehouseError as exc:
             raise AirflowFailException(f"[{exc.code}] {exc}") from None
         description = params.describe()
@@ -91,8 +91,7 @@ def lakehouse_maintenance() -> None:
 
     actions = [
         MaintenanceJobOperator(
-            task_id=action,
-            pipeline=ORDERS.name,
+            task_id=str(action),
             action=action,
             max_active_tis_per_dag=1,
             # An action left out by the params is skipped; the next one still runs.

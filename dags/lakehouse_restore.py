@@ -4,16 +4,17 @@
 Puts one layer's streaming checkpoint back from a backup made by `lakehouse_maintenance`,
 together with its tables: each table the layer writes goes back (`RESTORE TABLE ... TO
 VERSION AS OF`) to the version in the backup's manifest, and every layer downstream is reset
-(its checkpoint moved aside, its tables emptied) so that the next `orders_pipeline` run
-rebuilds it. The restored checkpoint gets a new query id, so no replayed batch is skipped.
+(its checkpoint moved aside, its tables emptied), in its pipeline and in every pipeline that
+reads its tables, so that their next runs rebuild them. The restored checkpoint gets a new
+query id, so no replayed batch is skipped.
 
 Before changing anything the job checks that the backup, the tables and the source can agree
 (same tables, the backed-up versions still readable with all their files, every source
 version the checkpoint will read still there); if not it stops with `CheckpointInconsistent`
 and the reasons, and nothing is changed.
 
-**Params**: `layer`, `backup_id` (an id from the backups folder, or `latest`), `dry_run`
-(true by default: only run the checks). Never scheduled. Only the users named in
+**Params**: `pipeline`, `layer`, `backup_id` (an id from the backups folder, or `latest`),
+`dry_run` (true by default: only run the checks). Never scheduled. Only the users named in
 `LAKEHOUSE_RESTORE_ADMINS` may run it: the task refuses a run anybody else triggered. With
 an auth manager that has roles (FAB, Keycloak), also grant this DAG to admins only.
 """
@@ -27,14 +28,23 @@ import pendulum
 from airflow.sdk import dag, task
 
 from lakehouse.params import RestoreParams
-from lakehouse.pipelines import ORDERS
+from lakehouse.registry import registry
+from lakehouse.settings import Settings
+from lakehouse.specs import Layer
 from lakehouse_airflow.operators import MaintenanceJobOperator
 from lakehouse_airflow.params import dag_params
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-PARAMS = dag_params(RestoreParams, {"layer": {"enum": [str(layer) for layer in ORDERS.layers]}})
+PIPELINES = sorted(registry(Settings.from_env()).pipelines)  # environment variables only
+PARAMS = dag_params(
+    RestoreParams,
+    {
+        "pipeline": {"enum": PIPELINES, "default": PIPELINES[0] if PIPELINES else None},
+        "layer": {"enum": [str(layer) for layer in Layer]},
+    },
+)
 
 
 @dag(
@@ -57,7 +67,7 @@ def lakehouse_restore() -> None:
         params, dag_run = ctx["params"], ctx["dag_run"]
         what = "check" if params.get("dry_run", True) else "restore"
         line = (
-            f"{what} {ORDERS.name}.{params['layer']} from backup {params['backup_id']}, "
+            f"{what} {params['pipeline']}.{params['layer']} from backup {params['backup_id']}, "
             f"triggered by {getattr(dag_run, 'triggering_user_name', None) or 'unknown'}"
         )
         print(f"lakehouse_restore: {line}")
@@ -65,7 +75,6 @@ def lakehouse_restore() -> None:
 
     restore = MaintenanceJobOperator(
         task_id="restore",
-        pipeline=ORDERS.name,
         action="restore",
         max_active_tis_per_dag=1,
         doc_md="`jobs/maintenance.py --restore <layer> --backup-id <id>`",

@@ -43,9 +43,8 @@ from lakehouse.checkpoints import Checkpoint
 from lakehouse.errors import ConfigurationError, InvalidRunParams
 from lakehouse.kafka import brokers, offsets
 from lakehouse.kafka.access import KafkaAccess
-from lakehouse.pipelines import BRONZE_SCHEMA
 from lakehouse.settings import SourceKind
-from lakehouse.specs import Layer, schema_fields
+from lakehouse.specs import BRONZE_SCHEMA, Layer, schema_fields
 
 BRONZE_FIELDS = schema_fields(BRONZE_SCHEMA)
 

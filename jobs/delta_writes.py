@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import reduce
+from operator import and_
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -74,3 +77,65 @@ def rows_written_since(
     history = DeltaTable.forPath(spark, location).history()
     rows = history.where(history.version > version).where(history.operation.isin(*operations))
     return sum(int((r["operationMetrics"] or {}).get("numOutputRows", 0)) for r in rows.collect())
+
+
+PRESENT = "_present"
+
+
+def replace_scope(
+    new_df: DataFrame,
+    location: str,
+    scope_df: DataFrame,
+    scope: Sequence[str],
+    row_key: Sequence[str],
+    *,
+    app_id: str | None = None,
+    batch_id: int | None = None,
+) -> bool:
+    """Make the rows of the table at ``location`` whose ``scope`` columns are in ``scope_df``
+    exactly ``new_df`` (rows identified by ``row_key``), in one MERGE that touches nothing else:
+    rows that are gone are deleted, rows that changed are updated, new rows inserted, and
+    rows that are the same are left out of it. Nothing to change commits nothing. Returns
+    whether it committed.
+
+    Gold recomputes the keys a change touched this way; a history the versions of the keys
+    whose events arrived. With ``app_id`` and ``batch_id`` the MERGE is idempotent for that
+    micro-batch.
+    """
+    from delta.tables import DeltaTable
+
+    spark = new_df.sparkSession
+    target = DeltaTable.forPath(spark, location)
+    columns = list(new_df.columns)
+    values = [c for c in columns if c not in row_key]
+    in_scope_df = (
+        target.toDF()
+        .join(F.broadcast(scope_df.select(*scope).distinct()), list(scope), "left_semi")
+        .select(*columns)
+    )
+    same_row = [F.col(f"n.{c}").eqNullSafe(F.col(f"o.{c}")) for c in columns]
+    changed_df = new_df.alias("n").join(in_scope_df.alias("o"), reduce(and_, same_row), "left_anti")
+    gone_df = in_scope_df.select(*row_key).join(new_df.select(*row_key), list(row_key), "left_anti")
+    source_df = (
+        changed_df.withColumn(PRESENT, F.lit(True))
+        .unionByName(gone_df.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True)
+        .persist()
+    )
+    try:
+        if source_df.isEmpty():
+            return False
+        merge = (
+            target.alias("t")
+            .merge(source_df.alias("s"), match_on(row_key))
+            .whenMatchedDelete(condition=f"NOT s.{PRESENT}")
+            .whenMatchedUpdate(set={c: f"s.{c}" for c in values})
+            .whenNotMatchedInsert(condition=f"s.{PRESENT}", values={c: f"s.{c}" for c in columns})
+        )
+        if app_id is None or batch_id is None:
+            merge.execute()
+        else:
+            with dml_transaction(spark, app_id, batch_id):
+                merge.execute()
+        return True
+    finally:
+        source_df.unpersist()

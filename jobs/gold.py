@@ -1,11 +1,17 @@
-"""Gold: recompute exactly the aggregate rows that silver's changes touch.
+"""Gold: recompute exactly the gold rows that changes to its inputs touch.
 
-Reads silver's change data feed as a stream. For each micro-batch it takes the keys the
-changed rows had before and after the change (an order that moves to another hour or region
-changes both), recomputes those keys from the current silver table and MERGEs them into gold:
-changed keys are updated, new ones inserted, keys with no order left deleted. No watermark:
-an event that arrives a week late still changes its hour. The MERGE carries the batch's
-transaction id, so a retried batch changes nothing more.
+Reads the change data feed of every input (silver tables, of this pipeline or others) as one
+stream: one checkpoint, one micro-batch over all of them. For each micro-batch, each input's
+declared ``touches`` SQL maps its changed rows (before and after each change) to the
+``recompute_by`` values they touch; those rows are computed again from the current inputs,
+with the gold's SQL or function, and MERGEd in: changed rows updated, new ones inserted,
+rows with nothing left deleted, the rest untouched. No watermark: a change that arrives a
+week late still changes its rows. The MERGE carries the batch's transaction id, so a
+retried batch changes nothing more.
+
+A new gold on existing tables starts from their current snapshot (the change feed's first
+batch holds it as inserts) and then follows their changes: it never replays the history of
+versions. ``reprocess`` and ``full_refresh`` recompute every row.
 
 Run by ``spark-submit jobs/gold.py --pipeline orders``.
 """
@@ -15,130 +21,190 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs import faults
-from jobs.delta_writes import dml_transaction, last_commit_metrics, match_on
+from jobs import faults, storage
+from jobs.delta_writes import last_commit_metrics, match_on, replace_scope
 from jobs.runtime import JobContext, StreamResult, checkpoint_query_id, run_layer, run_stream
 from jobs.tables import ensure_table
-from jobs.transforms import GOLD_TRANSFORMS, GoldTransform
+from lakehouse.checkpoints import Checkpoint, DeltaPosition
 from lakehouse.params import Mode
-from lakehouse.specs import Layer
+from lakehouse.registry import registry
+from lakehouse.specs import Gold, Layer
 
 log = logging.getLogger("lakehouse.gold")
 
-_PRESENT = "_present"
+_INPUT = "_input"
+# The change feed's own columns: what happened to a row, and in which version.
+_CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
 
-def touched_keys(changes_df: DataFrame, transform: GoldTransform) -> DataFrame:
-    """Keys of the changed rows, before and after the change (CDF pre- and post-images)."""
-    return transform.with_keys(changes_df).select(*transform.key_columns).distinct()
+def _row_column(name: str) -> str:
+    return f"_row_{name}"
 
 
-def recompute_keys(silver_df: DataFrame, keys_df: DataFrame, transform: GoldTransform) -> DataFrame:
-    """Gold rows for ``keys_df`` from current silver; a key with no rows left comes back
-    with ``_present`` false, to be deleted."""
-    keys = list(transform.key_columns)
-    keyed_df = transform.with_keys(silver_df).join(F.broadcast(keys_df), keys, "left_semi")
-    aggregated_df = transform.aggregate(keyed_df).withColumn(_PRESENT, F.lit(True))
-    return keys_df.join(aggregated_df, keys, "left").fillna({_PRESENT: False})
+def current_inputs(spark: SparkSession, ctx: JobContext, gold: Gold) -> dict[str, Any]:
+    """Each input as it is now, by its name in the declaration."""
+    return {i.name: spark.read.format("delta").load(ctx.path(i.table)) for i in gold.inputs}
 
 
-def make_batch_writer(
-    ctx: JobContext, app_id: str, silver_location: str, gold_location: str
-) -> Callable[[DataFrame, int], None]:
-    transform = GOLD_TRANSFORMS[ctx.pipeline.gold_transform]
-    gold_columns = ctx.pipeline.table(ctx.stream.targets[0]).columns
-    values = [c for c in gold_columns if c not in transform.key_columns]
-    on = match_on(transform.key_columns)
+def compute(gold: Gold, inputs: dict[str, Any]) -> DataFrame:
+    """Gold rows from ``inputs`` (current tables), by the declared SQL or function."""
+    spark = next(iter(inputs.values())).sparkSession
+    if gold.sql is not None:
+        return spark.sql(gold.sql, **inputs)
+    assert gold.function is not None
+    result: DataFrame = gold.function(inputs)
+    return result
 
-    def write_batch(changes_df: DataFrame, batch_id: int) -> None:
-        from delta.tables import DeltaTable
 
-        spark = changes_df.sparkSession
-        keys_df = touched_keys(changes_df, transform).persist(StorageLevel.MEMORY_AND_DISK)
+def change_stream(ctx: JobContext, gold: Gold) -> DataFrame:
+    """The change feeds of every input as one stream: a row per change, its input's name and
+    the changed row in that input's own column (typed as the input; the others null)."""
+    spark = ctx.spark
+    feeds = {
+        i.name: spark.readStream.format("delta")
+        .option("readChangeFeed", "true")
+        .load(ctx.path(i.table))
+        for i in gold.inputs
+    }
+    columns = {name: F.struct(*df.columns) for name, df in feeds.items()}
+    types = {
+        name: df.select(columns[name].alias("r")).schema["r"].dataType for name, df in feeds.items()
+    }
+    projected = [
+        df.select(
+            F.lit(name).alias(_INPUT),
+            *[
+                (columns[other] if other == name else F.lit(None).cast(types[other])).alias(
+                    _row_column(other)
+                )
+                for other in feeds
+            ],
+        )
+        for name, df in feeds.items()
+    ]
+    stream_df = projected[0]
+    for more_df in projected[1:]:
+        stream_df = stream_df.unionByName(more_df)
+    return stream_df
+
+
+def touched(batch_df: DataFrame, gold: Gold, inputs: dict[str, Any]) -> DataFrame:
+    """The ``recompute_by`` values the batch's changes touch, from each input's ``touches``."""
+    spark = batch_df.sparkSession
+    keys_df: DataFrame | None = None
+    for item in gold.inputs:
+        changes_df = batch_df.where(F.col(_INPUT) == item.name).select(
+            f"{_row_column(item.name)}.*"
+        )
+        found_df = spark.sql(item.touches, changes=changes_df, **inputs).select(
+            *gold.recompute_columns
+        )
+        keys_df = found_df if keys_df is None else keys_df.unionByName(found_df)
+    assert keys_df is not None
+    return keys_df.distinct()
+
+
+def make_batch_writer(ctx: JobContext, gold: Gold, app_id: str) -> Callable[[DataFrame, int], None]:
+    gold_location = ctx.path(gold.table)
+    columns = ctx.pipeline.table(gold.table).columns
+    scope = list(gold.recompute_columns)
+
+    def write_batch(batch_df: DataFrame, batch_id: int) -> None:
+        spark = batch_df.sparkSession
+        batch_df = batch_df.persist(StorageLevel.MEMORY_AND_DISK)
+        inputs = current_inputs(spark, ctx, gold)
+        keys_df = touched(batch_df, gold, inputs).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             n_keys = keys_df.count()
             if n_keys == 0:
                 return
-            silver_df = spark.read.format("delta").load(silver_location)
-            source_df = recompute_keys(silver_df, keys_df, transform)
-            with dml_transaction(spark, app_id, batch_id):
-                (
-                    DeltaTable.forPath(spark, gold_location)
-                    .alias("t")
-                    .merge(source_df.alias("s"), on)
-                    .whenMatchedDelete(condition=f"NOT s.{_PRESENT}")
-                    .whenMatchedUpdate(set={c: f"s.{c}" for c in values})
-                    .whenNotMatchedInsert(
-                        condition=f"s.{_PRESENT}", values={c: f"s.{c}" for c in gold_columns}
-                    )
-                    .execute()
-                )
+            recomputed_df = (
+                compute(gold, inputs)
+                .join(F.broadcast(keys_df), scope, "left_semi")
+                .select(*columns)
+            )
+            replace_scope(
+                recomputed_df,
+                gold_location,
+                keys_df,
+                scope,
+                gold.key,
+                app_id=app_id,
+                batch_id=batch_id,
+            )
             faults.inject("gold.after_merge")
             ctx.counters.rows_out += n_keys
             ctx.counters.batches_written += 1
-            log.info("batch %d: recomputed %d keys", batch_id, n_keys)
+            log.info("batch %d: recomputed %d %s value(s)", batch_id, n_keys, "/".join(scope))
         finally:
             keys_df.unpersist()
+            batch_df.unpersist()
 
     return write_batch
 
 
-def recompute_all(
-    ctx: JobContext, silver_location: str, gold_location: str, *, overwrite: bool
-) -> dict[str, int]:
-    """Gold from all of current silver: an atomic overwrite (``full_refresh``) or a MERGE that
-    touches only the rows that differ and deletes keys with no order left (``reprocess``)."""
+def recompute_all(ctx: JobContext, gold: Gold, *, overwrite: bool) -> dict[str, int]:
+    """Gold from all of its current inputs: an atomic overwrite (``full_refresh``) or a MERGE
+    that touches only the rows that differ and deletes keys with nothing left (``reprocess``)."""
     from delta.tables import DeltaTable
 
-    transform = GOLD_TRANSFORMS[ctx.pipeline.gold_transform]
-    gold_columns = ctx.pipeline.table(ctx.stream.targets[0]).columns
-    recomputed_df = transform.full(ctx.spark.read.format("delta").load(silver_location)).select(
-        *gold_columns
-    )
+    location = ctx.path(gold.table)
+    columns = ctx.pipeline.table(gold.table).columns
+    recomputed_df = compute(gold, current_inputs(ctx.spark, ctx, gold)).select(*columns)
     if overwrite:
-        recomputed_df.write.format("delta").mode("overwrite").save(gold_location)
+        recomputed_df.write.format("delta").mode("overwrite").save(location)
     else:
-        keys = match_on(transform.key_columns)
-        values = [c for c in gold_columns if c not in transform.key_columns]
+        values = [c for c in columns if c not in gold.key]
         same = match_on(values, null_safe=True)
         (
-            DeltaTable.forPath(ctx.spark, gold_location)
+            DeltaTable.forPath(ctx.spark, location)
             .alias("t")
-            .merge(recomputed_df.alias("s"), keys)
+            .merge(recomputed_df.alias("s"), match_on(gold.key))
             .whenMatchedUpdate(condition=f"NOT ({same})", set={c: f"s.{c}" for c in values})
             .whenNotMatchedInsertAll()
             .whenNotMatchedBySourceDelete()
             .execute()
         )
-    metrics = last_commit_metrics(ctx.spark, gold_location)
+    metrics = last_commit_metrics(ctx.spark, location)
     return {k: int(v) for k, v in metrics.items() if k.startswith("num")}
 
 
+def input_versions(ctx: JobContext, gold: Gold) -> dict[str, int | None]:
+    """The last version of each input the gold has read (from its checkpoint)."""
+    checkpoint = Checkpoint(storage.HadoopStorage(ctx.spark), ctx.checkpoint)
+    committed = checkpoint.committed_offsets()
+    versions: dict[str, int | None] = {}
+    for index, item in enumerate(gold.inputs):
+        position = DeltaPosition.from_offset(committed.source(index) if committed else None)
+        versions[item.table] = position.next_unread_version - 1 if position else None
+    return versions
+
+
 def body(ctx: JobContext) -> StreamResult:
-    silver = ctx.pipeline.table(ctx.stream.sources[0])
-    gold = ctx.pipeline.table(ctx.stream.targets[0])
-    silver_location = ensure_table(ctx.spark, ctx.settings, silver)
-    gold_location = ensure_table(ctx.spark, ctx.settings, gold)
+    gold = ctx.pipeline.gold
+    assert gold is not None
+    tables = registry(ctx.settings)
+    for item in gold.inputs:
+        ensure_table(ctx.spark, ctx.settings, tables.table(item.table))
+    ensure_table(ctx.spark, ctx.settings, ctx.pipeline.table(gold.table))
     app_id = checkpoint_query_id(ctx.spark, ctx.checkpoint)
-    changes_df = (
-        ctx.spark.readStream.format("delta").option("readChangeFeed", "true").load(silver_location)
-    )
-    writer = changes_df.writeStream.foreachBatch(
-        make_batch_writer(ctx, app_id, silver_location, gold_location)
+    writer = change_stream(ctx, gold).writeStream.foreachBatch(
+        ctx.guarded(make_batch_writer(ctx, gold, app_id))
     )
     result = run_stream(ctx, writer)
-    result.details["keys_recomputed"] = ctx.counters.rows_out
+    details: dict[str, Any] = result.details
+    details["keys_recomputed"] = ctx.counters.rows_out
+    details["input_versions"] = input_versions(ctx, gold)
     mode = ctx.params.mode
     if mode != Mode.INCREMENTAL:
-        # Gold is a function of silver: re-deriving it means recomputing it from silver.
-        result.details[str(mode)] = recompute_all(
-            ctx, silver_location, gold_location, overwrite=mode == Mode.FULL_REFRESH
-        )
+        # Gold is a function of its inputs: re-deriving it means recomputing it from them.
+        details[str(mode)] = recompute_all(ctx, gold, overwrite=mode == Mode.FULL_REFRESH)
     return result
 
 

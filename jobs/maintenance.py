@@ -1,7 +1,8 @@
 """Maintenance: OPTIMIZE when it pays, a VACUUM that cannot break a stream, checkpoint backups
 and restores.
 
-Works table by table from the pipeline's registry (its tables and ``ops/run_log``), holding
+Works table by table over every pipeline of the registry (their tables and ``ops/run_log``;
+``--pipeline`` narrows it to one), holding
 each table's write lock (``lakehouse.locks``) while it measures and changes it, so a layer
 job writing the same table waits for it, or it for the layer job. One module per action
 under ``jobs/actions/``: ``optimize``, ``vacuum``, ``backup`` and ``restore``.
@@ -11,8 +12,8 @@ restore; ``details`` with the table, files and bytes removed and added, and why 
 was skipped). Exit code 0 when every action succeeded or was skipped, 2 when one was refused
 (a named error), 1 when one failed.
 
-Run by ``spark-submit jobs/maintenance.py --pipeline orders [--actions optimize,vacuum]``, or
-``... --restore <layer> --backup-id <id|latest> [--dry-run]``.
+Run by ``spark-submit jobs/maintenance.py [--pipeline orders] [--actions optimize,vacuum]``,
+or ``... --pipeline orders --restore <layer> --backup-id <id|latest> [--dry-run]``.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from jobs.actions.restore import restore_checkpoint
 from jobs.actions.vacuum import vacuum
 from jobs.runtime import JobRun, check_no_restore_in_progress, run_main
 from lakehouse.errors import InvalidRunParams
-from lakehouse.maintenance import OptimizePolicy, maintained_tables
+from lakehouse.maintenance import OptimizePolicy
 from lakehouse.params import Action, MaintenanceParams, RestoreParams
-from lakehouse.pipelines import get_pipeline
+from lakehouse.registry import registry
 
 log = logging.getLogger("lakehouse.maintenance")
 
@@ -47,10 +48,11 @@ def parse(namespace: argparse.Namespace) -> MaintenanceParams | RestoreParams:
     if namespace.restore is None:
         params: MaintenanceParams = MaintenanceParams.from_namespace(namespace)
         return params
-    if not namespace.backup_id:
-        raise InvalidRunParams("--restore needs --backup-id (an id, or latest).")
+    if not namespace.backup_id or namespace.pipeline == "all":
+        raise InvalidRunParams("--restore needs --pipeline and --backup-id (an id, or latest).")
     restore: RestoreParams = RestoreParams.parse(
         {
+            "pipeline": namespace.pipeline,
             "layer": namespace.restore,
             "backup_id": namespace.backup_id,
             "dry_run": bool(namespace.dry_run),
@@ -62,40 +64,47 @@ def parse(namespace: argparse.Namespace) -> MaintenanceParams | RestoreParams:
 def run(job: JobRun, params: MaintenanceParams | RestoreParams) -> None:
     """Every action the params ask for; each records its own run-log row as it ends."""
     settings = job.load_settings()
-    pipeline = get_pipeline(job.args.pipeline)
-    spark = job.start_spark(f"lakehouse-{pipeline.name}-maintenance")
-    ctx = ActionContext(spark, settings, pipeline, job, params.dry_run)
+    pipelines = registry(settings)
+    chosen = [pipelines.get(job.args.pipeline)] if job.args.pipeline != "all" else None
+    spark = job.start_spark("lakehouse-maintenance")
+    ctx = ActionContext(spark, settings, pipelines, job, params.dry_run)
     if isinstance(params, RestoreParams):
-        layer = params.layer
+        pipeline, layer = pipelines.get(params.pipeline), params.layer
         ctx.act(
             "restore",
+            pipeline.name,
             layer,
             f"{pipeline.name}.{layer}",
-            lambda: restore_checkpoint(ctx, layer, params.backup_id),
+            partial(restore_checkpoint, ctx, pipeline, layer, params.backup_id),
         )
         return
-    tables = maintained_tables(pipeline)
-    params.check_against(tables, settings.vacuum_floor_hours)
+    params.check_against(pipelines.tables, settings.vacuum_floor_hours)
+    selected = list(chosen or pipelines.pipelines.values())
     # A half-done restore must be finished first: maintenance would measure a half state.
-    check_no_restore_in_progress(spark, settings, pipeline.name)
-    log.info("maintenance of %s: %s", pipeline.name, params.describe())
+    for pipeline in selected:
+        check_no_restore_in_progress(spark, settings, pipeline.name)
+    log.info("maintenance of %s: %s", ", ".join(p.name for p in selected), params.describe())
+    tables = [t for p in selected for t in p.tables] + ([] if chosen else [pipelines.tables[-1]])
     policy = OptimizePolicy.of(params.small_file_mb, params.min_small_files)
     for action in params.actions:
         if action == Action.BACKUP:
-            ctx.act(
-                action,
-                "all",
-                f"{pipeline.name} checkpoints",
-                lambda: backup_checkpoints(ctx, params.keep_backups),
-            )
+            for pipeline in selected:
+                ctx.act(
+                    action,
+                    pipeline.name,
+                    "all",
+                    f"{pipeline.name} checkpoints",
+                    partial(backup_checkpoints, ctx, pipeline, params.keep_backups),
+                )
             continue
         for spec in params.selected(tables):
+            owner = pipelines.owner(spec.name)
             work = (
                 partial(optimize, ctx, spec, policy)
                 if action == Action.OPTIMIZE
                 else partial(vacuum, ctx, spec, params.retention_hours)
             )
-            ctx.act(action, spec.layer, spec.name, work)
+            ctx.act(action, owner.name if owner else "lakehouse", spec.layer, spec.name, work)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -109,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         add_arguments=add_arguments,
         parse=parse,
         body=run,
+        one_pipeline=False,
     )
 
 

@@ -23,26 +23,28 @@ import logging
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
 from jobs import storage
+from jobs.delta_writes import table_version
 from jobs.session import build_spark
 from jobs.tables import ensure_table
 from lakehouse.backups import restore_marker
 from lakehouse.checkpoints import Checkpoint
-from lakehouse.errors import LakehouseError, RestoreInProgress
+from lakehouse.errors import ConfigurationError, LakehouseError, RestoreInProgress
 from lakehouse.locks import table_locks
 from lakehouse.params import RunParams
-from lakehouse.pipelines import RUN_LOG, get_pipeline
 from lakehouse.preflight import check_root_writable
+from lakehouse.registry import registry
 from lakehouse.settings import Settings
-from lakehouse.specs import Layer, PipelineSpec, StreamSpec
+from lakehouse.specs import RUN_LOG, Layer, PipelineSpec, StreamSpec
 
 log = logging.getLogger("lakehouse")
 
@@ -72,9 +74,14 @@ class JobArgs:
         )
 
 
-def job_parser(prog: str, description: str) -> argparse.ArgumentParser:
+def job_parser(
+    prog: str, description: str, *, one_pipeline: bool = True
+) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--pipeline", required=True, help="pipeline name, e.g. orders")
+    if one_pipeline:
+        parser.add_argument("--pipeline", required=True, help="pipeline name, e.g. orders")
+    else:
+        parser.add_argument("--pipeline", default="all", help="one pipeline (default: all)")
     parser.add_argument("--root", help="lakehouse root (default: LAKEHOUSE_ROOT)")
     parser.add_argument("--run-id", default=None, help="the orchestrator's run id, for the run log")
     parser.add_argument("--summary-file", help="write the run summary here as JSON")
@@ -262,10 +269,11 @@ def run_main(
     add_arguments: Callable[[argparse.ArgumentParser], None],
     parse: Callable[[argparse.Namespace], P],
     body: Callable[[JobRun, P], None],
+    one_pipeline: bool = True,
 ) -> int:
     """Run one job; returns the process exit code (0 ok, 1 failed, 2 refused)."""
     configure_logging()
-    parser = job_parser(prog, description)
+    parser = job_parser(prog, description, one_pipeline=one_pipeline)
     add_arguments(parser)
     try:
         namespace = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
@@ -298,6 +306,7 @@ class BatchCounters:
     rows_out: int = 0
     rows_quarantined: int = 0
     batches_written: int = 0
+    expectations: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
@@ -323,9 +332,26 @@ class JobContext:
     args: JobArgs
     params: RunParams
     counters: BatchCounters = field(default_factory=BatchCounters)
+    # A named error raised inside a micro-batch; Spark reports it as a query failure.
+    failure: LakehouseError | None = None
 
     def path(self, table: str) -> str:
         return self.settings.path(table)
+
+    def guarded(
+        self, write_batch: Callable[[DataFrame, int], None]
+    ) -> Callable[[DataFrame, int], None]:
+        """``write_batch`` for ``foreachBatch``: a named error it raises ends the run under
+        its own name, not as Spark's query failure."""
+
+        def guarded_batch(batch_df: DataFrame, batch_id: int) -> None:
+            try:
+                write_batch(batch_df, batch_id)
+            except LakehouseError as exc:
+                self.failure = exc
+                raise
+
+        return guarded_batch
 
     @property
     def checkpoint(self) -> str:
@@ -402,6 +428,10 @@ def run_stream(ctx: JobContext, writer: DataStreamWriter) -> StreamResult:
     try:
         while not query.awaitTermination(POLL_INTERVAL_S):
             report()
+    except Exception:
+        if ctx.failure is not None:
+            raise ctx.failure from None
+        raise
     finally:
         report()
         if query.isActive:
@@ -409,12 +439,16 @@ def run_stream(ctx: JobContext, writer: DataStreamWriter) -> StreamResult:
     return result
 
 
-def check_no_restore_in_progress(spark: SparkSession, settings: Settings, pipeline: str) -> None:
-    text = storage.read_text(spark, settings.path(restore_marker(pipeline)))
-    if text is not None:
-        raise RestoreInProgress(
-            f"a checkpoint restore of pipeline {pipeline} is unfinished: {text}"
-        )
+def check_no_restore_in_progress(spark: SparkSession, settings: Settings, *pipelines: str) -> None:
+    """Refuse while a restore of one of ``pipelines`` is unfinished (a restore resets the
+    streams downstream of it, in other pipelines too: a layer checks its own pipeline and
+    every pipeline it reads from)."""
+    for pipeline in pipelines:
+        text = storage.read_text(spark, settings.path(restore_marker(pipeline)))
+        if text is not None:
+            raise RestoreInProgress(
+                f"a checkpoint restore of pipeline {pipeline} is unfinished: {text}"
+            )
 
 
 def run_layer(
@@ -424,7 +458,10 @@ def run_layer(
 
     def run(job: JobRun, params: RunParams) -> None:
         settings = job.load_settings()
-        pipeline = get_pipeline(job.args.pipeline)
+        pipelines = registry(settings)
+        pipeline = pipelines.get(job.args.pipeline)
+        if layer not in pipeline.layers:
+            raise ConfigurationError(f"pipeline {pipeline.name} has no {layer} layer.")
         stream = pipeline.stream(layer)
         params.check_against(pipeline)
         spark = job.start_spark(f"lakehouse-{pipeline.name}-{layer}")
@@ -435,7 +472,8 @@ def run_layer(
             settings, params.locked_tables(pipeline, layer), owner, settings.lock_wait_s
         ):
             # A restore holds these locks while it works; one that died leaves its marker.
-            check_no_restore_in_progress(spark, settings, pipeline.name)
+            upstream = pipelines.upstream_of(pipeline)
+            check_no_restore_in_progress(spark, settings, pipeline.name, *upstream)
             t0 = time.monotonic()
             result = body(ctx)
         record.status = "succeeded"
@@ -446,6 +484,10 @@ def run_layer(
         record.rows_quarantined = result.rows_quarantined or ctx.counters.rows_quarantined
         record.source_start, record.source_end = result.source_start, result.source_end
         record.details = {"stream_s": round(time.monotonic() - t0, 3), **result.details}
+        # What the run left its tables at (the asset events of the Airflow task carry it).
+        record.details["table_versions"] = {
+            table: table_version(spark, ctx.path(table)) for table in stream.targets
+        }
         job.log(record)
 
     return run_main(

@@ -1,14 +1,19 @@
-"""Silver: validate every bronze record; quarantine the invalid, merge the valid into state.
+"""Silver: validate every bronze record, apply the expectations, fold the rest into silver.
 
-Reads bronze as a Delta stream. Each micro-batch is parsed and validated once (and cached),
-then:
+Reads bronze as a Delta stream. Each micro-batch is parsed and validated once (and cached);
+one pass counts the valid and invalid records and every expectation's breaches. Then:
 
-* invalid records are appended to ``silver/<pipeline>_quarantine`` with the rules they broke;
-* valid events are reduced to one winner per key (the greatest ``(event_ts, event_id)``, ties
-  broken by a hash of the record) and MERGEd into ``silver/<pipeline>``, replacing a row only
-  when the incoming event is newer: a late or repeated event never overwrites a newer one.
+* a ``fail`` expectation that some records break stops the run with ``ExpectationFailed``
+  (naming the rule and the count) before anything of the batch is written; the batch is
+  run again, under the declaration as it is then, by the next run;
+* invalid records are appended to the quarantine table with the rules they broke;
+* valid records that no ``drop`` expectation removes go to the pipeline's silver kind
+  (``jobs/kinds``: latest state, history, or append-only);
+* the counts per rule go to the run log (``details.expectations``).
 
-Both writes carry the batch's transaction id, so a retried batch changes nothing more.
+Every write carries the batch's transaction id, so a retried batch changes nothing more.
+``reprocess`` and ``full_refresh`` first catch the stream up, then re-derive silver from
+bronze: for the keys with an event in the window (the declared ``record.time``), or for all.
 
 Run by ``spark-submit jobs/silver.py --pipeline orders``.
 """
@@ -19,219 +24,202 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from jobs import faults
-from jobs.delta_writes import append_once, dml_transaction, last_commit_metrics, match_on
+from jobs.delta_writes import append_once
+from jobs.kinds import SilverKind, kind_for
 from jobs.runtime import JobContext, StreamResult, checkpoint_query_id, run_layer, run_stream
 from jobs.tables import ensure_table
-from jobs.transforms import latest_per_key, newer_condition, with_state_columns
-from jobs.validation import (
-    EVENT_TS_HINT,
-    ORDER_ID_HINT,
-    VALID_COL,
-    with_hints,
-    with_validation,
-)
+from jobs.validation import KEY_HINT, VALID_COL, time_hint, with_hints, with_validation
+from lakehouse.errors import ExpectationFailed
 from lakehouse.params import Mode
-from lakehouse.specs import Layer, PipelineSpec, TableSpec
+from lakehouse.specs import Expectation, Layer, PipelineSpec, TableSpec
 
 log = logging.getLogger("lakehouse.silver")
 
+_DROPPED = "_dropped"
 
-def to_quarantine(validated_df: DataFrame, quarantine: TableSpec) -> DataFrame:
+
+def to_quarantine(validated_df: DataFrame, pipeline: PipelineSpec) -> DataFrame:
+    assert pipeline.record is not None and pipeline.silver is not None
+    quarantine: TableSpec = pipeline.table(pipeline.silver.quarantine)
     invalid_df = validated_df.where(~F.col(VALID_COL)).withColumn("event_id", F.col("raw_event_id"))
-    if EVENT_TS_HINT not in invalid_df.columns:
-        invalid_df = with_hints(invalid_df)
+    if time_hint(pipeline.record) not in invalid_df.columns:
+        invalid_df = with_hints(invalid_df, pipeline.record)
     invalid_df = invalid_df.withColumn("quarantined_at", F.current_timestamp())
     return invalid_df.select(*quarantine.columns)
 
 
-def merge_state(
-    ctx: JobContext, winners_df: DataFrame, location: str, app_id: str, batch_id: int
-) -> None:
-    from delta.tables import DeltaTable
+def broken(rule: Expectation) -> Column:
+    """True for a valid record that breaks ``rule`` (a condition that is null does not)."""
+    return F.coalesce(F.expr(rule.when), F.lit(False))
 
-    upsert = ctx.pipeline.upsert
-    spark = winners_df.sparkSession
-    with dml_transaction(spark, app_id, batch_id):
-        (
-            DeltaTable.forPath(spark, location)
-            .alias("t")
-            .merge(winners_df.alias("s"), f"t.{upsert.key} = s.{upsert.key}")
-            .whenMatchedUpdateAll(condition=newer_condition(upsert))
-            .whenNotMatchedInsertAll()
-            .execute()
+
+def with_expectations(validated_df: DataFrame, pipeline: PipelineSpec) -> DataFrame:
+    """Mark the valid records a ``drop`` expectation removes."""
+    drops = [broken(r) for r in pipeline.expectations if r.action == "drop"]
+    dropped = F.lit(False)
+    for condition in drops:
+        dropped = dropped | condition
+    return validated_df.withColumn(_DROPPED, F.col(VALID_COL) & dropped)
+
+
+def measure(marked_df: DataFrame, pipeline: PipelineSpec) -> dict[str, int]:
+    """One pass over the batch: valid and invalid records, and each rule's breaches (drop
+    rules over the valid records, the others over the valid records not dropped)."""
+    valid, kept = F.col(VALID_COL), F.col(VALID_COL) & ~F.col(_DROPPED)
+    figures = [F.count_if(valid).alias("valid"), F.count_if(~valid).alias("invalid")]
+    for rule in pipeline.expectations:
+        scope = valid if rule.action == "drop" else kept
+        figures.append(F.count_if(scope & broken(rule)).alias(rule.name))
+    row = marked_df.agg(*figures).collect()[0]
+    return {name: int(row[name] or 0) for name in row.asDict()}
+
+
+def check_failures(counts: dict[str, int], pipeline: PipelineSpec, where: str) -> None:
+    failing = [(r, counts[r.name]) for r in pipeline.expectations if r.action == "fail"]
+    failing = [(r, n) for r, n in failing if n]
+    if failing:
+        what = "; ".join(f"{r.name} ({r.when}): {n} record(s)" for r, n in failing)
+        raise ExpectationFailed(
+            f"{pipeline.name}: the fail expectation(s) {what} broken in {where}; nothing of it "
+            "was written."
         )
 
 
-def make_batch_writer(ctx: JobContext, app_id: str) -> Callable[[DataFrame, int], None]:
-    pipeline: PipelineSpec = ctx.pipeline
-    state_table, quarantine_table = (pipeline.table(t) for t in ctx.stream.targets)
-    state_location = ctx.path(state_table.name)
-    quarantine_location = ctx.path(quarantine_table.name)
+def make_batch_writer(
+    ctx: JobContext, kind: SilverKind, app_id: str
+) -> Callable[[DataFrame, int], None]:
+    pipeline = ctx.pipeline
+    assert pipeline.record is not None and pipeline.silver is not None
+    record, quarantine_location = pipeline.record, ctx.path(pipeline.silver.quarantine)
 
     def write_batch(bronze_df: DataFrame, batch_id: int) -> None:
-        validated_df = with_validation(bronze_df, pipeline.record).persist(
+        marked_df = with_expectations(with_validation(bronze_df, record), pipeline).persist(
             StorageLevel.MEMORY_AND_DISK
         )
         try:
-            counts = {
-                bool(row[VALID_COL]): int(row["count"])
-                for row in validated_df.groupBy(VALID_COL).count().collect()
-            }
-            valid, invalid = counts.get(True, 0), counts.get(False, 0)
+            counts = measure(marked_df, pipeline)
+            check_failures(counts, pipeline, f"micro-batch {batch_id}")
+            valid, invalid = counts["valid"], counts["invalid"]
             if invalid:
                 append_once(
-                    to_quarantine(validated_df, quarantine_table),
-                    quarantine_location,
-                    app_id,
-                    batch_id,
+                    to_quarantine(marked_df, pipeline), quarantine_location, app_id, batch_id
                 )
             faults.inject("silver.after_quarantine")
+            kept = valid - sum(counts[r.name] for r in pipeline.expectations if r.action == "drop")
             if valid:
-                state_df = with_state_columns(
-                    validated_df.where(F.col(VALID_COL)), pipeline.record, pipeline.upsert
-                )
-                merge_state(
-                    ctx, latest_per_key(state_df, pipeline.upsert), state_location, app_id, batch_id
-                )
+                kind.merge_batch(marked_df.where(F.col(VALID_COL) & ~F.col(_DROPPED)), batch_id)
                 faults.inject("silver.after_merge")
-            ctx.counters.rows_out += valid
+            ctx.counters.rows_out += kept
             ctx.counters.rows_quarantined += invalid
             ctx.counters.batches_written += 1
-            log.info("batch %d: %d valid, %d quarantined", batch_id, valid, invalid)
+            for rule in pipeline.expectations:
+                ctx.counters.expectations[rule.name] += counts[rule.name]
+            log.info("batch %d: %d valid (%d kept), %d quarantined", batch_id, valid, kept, invalid)
         finally:
-            validated_df.unpersist()
+            marked_df.unpersist()
 
     return write_batch
 
 
-def reprocess_window(ctx: JobContext, start: datetime, end: datetime) -> dict[str, int]:
-    """Re-derive silver for the ``event_ts`` window ``[start, end)`` from all of bronze.
+def rederive(
+    ctx: JobContext, kind: SilverKind, window: tuple[datetime, datetime] | None
+) -> dict[str, Any]:
+    """Re-derive silver from all of bronze: for the keys with an event in ``window`` (their
+    every event, so a winner outside the window still wins), or for every key.
 
-    The orders a window touches are recomputed from every one of their events (a winner
-    outside the window still wins), quarantine rows of the window are replaced by the current
-    verdicts, and nothing else changes. Run after the stream caught up, with bronze locked,
-    so every bronze record is either in silver's state or in quarantine exactly once.
+    Quarantine rows of the window (or all) are replaced by the current verdicts, and nothing
+    else changes. Run after the stream caught up, with bronze locked, so every bronze record
+    is in silver, in quarantine or dropped, exactly once. A record that breaks a ``fail``
+    expectation refuses the whole re-derivation before anything is written.
     """
-    from delta.tables import DeltaTable
-
-    pipeline, upsert = ctx.pipeline, ctx.pipeline.upsert
-    state_table, quarantine_table = (pipeline.table(t) for t in ctx.stream.targets)
-    key = upsert.key
-    bronze_df = with_hints(ctx.spark.read.format("delta").load(ctx.path(ctx.stream.sources[0])))
-    in_window = (F.col(EVENT_TS_HINT) >= F.lit(start)) & (F.col(EVENT_TS_HINT) < F.lit(end))
-    affected_df = (
-        bronze_df.where(in_window & F.col(ORDER_ID_HINT).isNotNull())
-        .select(F.col(ORDER_ID_HINT).alias(key))
-        .distinct()
-        .persist(StorageLevel.MEMORY_AND_DISK)
+    pipeline = ctx.pipeline
+    assert pipeline.record is not None and pipeline.silver is not None
+    record = pipeline.record
+    bronze_df = with_hints(
+        ctx.spark.read.format("delta").load(ctx.path(ctx.stream.sources[0])), record
     )
-    marked_df = affected_df.select(F.col(key).alias(ORDER_ID_HINT), F.lit(True).alias("_affected"))
-    candidates_df = bronze_df.join(marked_df, ORDER_ID_HINT, "left").where(
-        in_window | F.col("_affected").isNotNull()
-    )
-    validated_df = with_validation(candidates_df.drop("_affected"), pipeline.record).persist(
+    keys_df = None
+    candidates_df = bronze_df
+    hint = F.col(time_hint(record))
+    if window is not None:
+        start, end = window
+        in_window = (hint >= F.lit(start)) & (hint < F.lit(end))
+        keys_df = (
+            bronze_df.where(in_window & F.col(KEY_HINT).isNotNull())
+            .select(F.col(KEY_HINT).alias(record.key))
+            .distinct()
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        marked_keys = keys_df.select(
+            F.col(record.key).alias(KEY_HINT), F.lit(True).alias("_affected")
+        )
+        candidates_df = (
+            bronze_df.join(marked_keys, KEY_HINT, "left")
+            .where(in_window | F.col("_affected").isNotNull())
+            .drop("_affected")
+        )
+    marked_df = with_expectations(with_validation(candidates_df, record), pipeline).persist(
         StorageLevel.MEMORY_AND_DISK
     )
     try:
-        state_df = latest_per_key(
-            with_state_columns(validated_df.where(F.col(VALID_COL)), pipeline.record, upsert),
-            upsert,
+        counts = measure(marked_df, pipeline)
+        what = "the window" if window else "bronze"
+        check_failures(counts, pipeline, what)
+        stats: dict[str, Any] = dict(
+            kind.rederive(marked_df.where(F.col(VALID_COL) & ~F.col(_DROPPED)), keys_df)
         )
-        columns = state_table.columns
-        source_df = affected_df.join(state_df, key, "left").select(
-            *columns, F.col("last_event_id").isNull().alias("_deleted")
-        )
-        (
-            DeltaTable.forPath(ctx.spark, ctx.path(state_table.name))
-            .alias("t")
-            .merge(source_df.alias("s"), f"t.{key} = s.{key}")
-            .whenMatchedDelete(condition="s._deleted")
-            .whenMatchedUpdate(
-                condition=f"NOT ({match_on(columns, null_safe=True)})",
-                set={c: f"s.{c}" for c in columns},
+        invalid_df = marked_df if window is None else marked_df.where(in_window)
+        quarantine_df = to_quarantine(invalid_df, pipeline)
+        writer = quarantine_df.write.format("delta").mode("overwrite")
+        if window is not None:
+            column = time_hint(record)
+            writer = writer.option(
+                "replaceWhere",
+                f"{column} >= '{start.astimezone(UTC):%Y-%m-%d %H:%M:%S.%f}' AND "
+                f"{column} < '{end.astimezone(UTC):%Y-%m-%d %H:%M:%S.%f}'",
             )
-            .whenNotMatchedInsert(condition="NOT s._deleted", values={c: f"s.{c}" for c in columns})
-            .execute()
-        )
-        merged = last_commit_metrics(ctx.spark, ctx.path(state_table.name))
-        quarantine_df = to_quarantine(validated_df.where(in_window), quarantine_table)
-        window = (
-            f"{EVENT_TS_HINT} >= '{start.astimezone(UTC):%Y-%m-%d %H:%M:%S.%f}' AND "
-            f"{EVENT_TS_HINT} < '{end.astimezone(UTC):%Y-%m-%d %H:%M:%S.%f}'"
-        )
-        (
-            quarantine_df.write.format("delta")
-            .mode("overwrite")
-            .option("replaceWhere", window)
-            .save(ctx.path(quarantine_table.name))
-        )
-        stats = {
-            "orders_in_window": affected_df.count(),
-            "orders_updated": int(merged.get("numTargetRowsUpdated", 0)),
-            "orders_inserted": int(merged.get("numTargetRowsInserted", 0)),
-            "orders_deleted": int(merged.get("numTargetRowsDeleted", 0)),
-            "quarantine_rows_in_window": quarantine_df.count(),
-        }
+        writer.save(ctx.path(pipeline.silver.quarantine))
+        stats["quarantine_rows"] = quarantine_df.count()
+        stats["expectations"] = {r.name: counts[r.name] for r in pipeline.expectations}
     finally:
-        validated_df.unpersist()
-        affected_df.unpersist()
-    log.info("reprocessed [%s, %s): %s", start.isoformat(), end.isoformat(), stats)
-    return stats
-
-
-def rebuild(ctx: JobContext) -> dict[str, int]:
-    """Rebuild silver and its quarantine from all of bronze, one atomic overwrite each, so
-    readers see the old table or the new one, never an empty or half-built one."""
-    pipeline = ctx.pipeline
-    state_table, quarantine_table = (pipeline.table(t) for t in ctx.stream.targets)
-    bronze_df = ctx.spark.read.format("delta").load(ctx.path(ctx.stream.sources[0]))
-    validated_df = with_validation(bronze_df, pipeline.record).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        state_df = latest_per_key(
-            with_state_columns(
-                validated_df.where(F.col(VALID_COL)), pipeline.record, pipeline.upsert
-            ),
-            pipeline.upsert,
-        ).select(*state_table.columns)
-        state_df.write.format("delta").mode("overwrite").save(ctx.path(state_table.name))
-        quarantine_df = to_quarantine(validated_df, quarantine_table)
-        quarantine_df.write.format("delta").mode("overwrite").save(ctx.path(quarantine_table.name))
-        stats = {
-            "bronze_rows": validated_df.count(),
-            "orders": ctx.spark.read.format("delta").load(ctx.path(state_table.name)).count(),
-            "quarantined": quarantine_df.count(),
-        }
-    finally:
-        validated_df.unpersist()
-    log.info("rebuilt silver from all of bronze: %s", stats)
+        marked_df.unpersist()
+        if keys_df is not None:
+            keys_df.unpersist()
+    log.info("re-derived silver from %s: %s", what, stats)
     return stats
 
 
 def body(ctx: JobContext) -> StreamResult:
-    source = ctx.pipeline.table(ctx.stream.sources[0])
-    for spec in (source, *(ctx.pipeline.table(t) for t in ctx.stream.targets)):
+    pipeline = ctx.pipeline
+    source = pipeline.table(ctx.stream.sources[0])
+    for spec in (source, *(pipeline.table(t) for t in ctx.stream.targets)):
         ensure_table(ctx.spark, ctx.settings, spec)
     app_id = checkpoint_query_id(ctx.spark, ctx.checkpoint)
+    kind = kind_for(ctx, app_id)
     bronze_df = ctx.spark.readStream.format("delta").load(ctx.path(source.name))
-    writer = bronze_df.writeStream.foreachBatch(make_batch_writer(ctx, app_id))
-    # Every mode first catches the stream up: afterwards each bronze record is in silver or
-    # in quarantine exactly once, and the checkpoint stays the only thing that moves it.
+    writer = bronze_df.writeStream.foreachBatch(ctx.guarded(make_batch_writer(ctx, kind, app_id)))
+    # Every mode first catches the stream up: afterwards each bronze record is in silver, in
+    # quarantine or dropped exactly once, and the checkpoint stays the only thing that moves it.
     result = run_stream(ctx, writer)
     result.rows_quarantined = ctx.counters.rows_quarantined
+    result.details["expectations"] = {
+        r.name: {"action": r.action, "records": ctx.counters.expectations[r.name]}
+        for r in pipeline.expectations
+    }
     params = ctx.params
     if params.mode == Mode.REPROCESS:
         assert params.reprocess_from and params.reprocess_to
-        result.details["reprocess"] = reprocess_window(
-            ctx, params.reprocess_from, params.reprocess_to
-        )
+        window = (params.reprocess_from, params.reprocess_to)
+        result.details["reprocess"] = rederive(ctx, kind, window)
     elif params.mode == Mode.FULL_REFRESH:
-        result.details["full_refresh"] = rebuild(ctx)
+        result.details["full_refresh"] = rederive(ctx, kind, None)
     return result
 
 

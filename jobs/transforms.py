@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from lakehouse.specs import RecordSpec, UpsertSpec
+from lakehouse.specs import History, LatestState, PipelineSpec, RecordSpec
 
 # ---------------------------------------------------------------------------------- bronze
 
@@ -65,33 +65,54 @@ def _tiebreak(raw: Column) -> Column:
     return F.xxhash64(raw)
 
 
-def with_state_columns(valid_df: DataFrame, record: RecordSpec, upsert: UpsertSpec) -> DataFrame:
-    """Event fields renamed to state columns, plus the hash that breaks exact ties."""
-    columns = [F.col(f.name).alias(upsert.rename.get(f.name, f.name)) for f in record.fields]
+@dataclass(frozen=True)
+class StateShape:
+    """How events become the state of a key (``LatestState``): the state's key column, the
+    columns that order events (the declared order, then the tie-break hash) and the
+    renaming of event fields to state columns."""
+
+    key: str
+    ordering: tuple[str, ...]
+    rename: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, pipeline: PipelineSpec) -> StateShape:
+        assert isinstance(pipeline.silver, LatestState) and pipeline.record is not None
+        rename = dict(pipeline.silver.rename)
+        ordering = tuple(rename.get(n, n) for n in pipeline.order_by)
+        return cls(rename.get(pipeline.record.key, pipeline.record.key), ordering, rename)
+
+    @property
+    def order_columns(self) -> list[str]:
+        """State columns that order events: the declared order, then the tie-break hash."""
+        return [*self.ordering, "last_event_hash"]
+
+
+def with_state_columns(valid_df: DataFrame, record: RecordSpec, shape: StateShape) -> DataFrame:
+    """Event fields renamed to state columns (the key first), plus the hash that breaks exact
+    ties."""
+    renamed = [(shape.rename.get(f.name, f.name), f.name) for f in record.fields]
+    renamed.sort(key=lambda pair: pair[0] != shape.key)
+    columns = [F.col(name).alias(column) for column, name in renamed]
     return valid_df.select(*columns, _tiebreak(F.col("raw_value")).alias("last_event_hash"))
 
 
-def order_columns(upsert: UpsertSpec) -> list[str]:
-    """State columns that order events: the declared ``order_by`` then the tie-break hash."""
-    return [upsert.rename.get(name, name) for name in upsert.order_by] + ["last_event_hash"]
-
-
-def latest_per_key(state_df: DataFrame, upsert: UpsertSpec) -> DataFrame:
+def latest_per_key(state_df: DataFrame, shape: StateShape) -> DataFrame:
     """One row per key: the one with the greatest ordering tuple (no sort, one aggregate)."""
-    ordering = order_columns(upsert)
-    others = [c for c in state_df.columns if c != upsert.key and c not in ordering]
+    ordering = shape.order_columns
+    others = [c for c in state_df.columns if c != shape.key and c not in ordering]
     winner = F.max(F.struct(*[F.col(c) for c in ordering], *[F.col(c) for c in others]))
     return (
-        state_df.groupBy(upsert.key)
+        state_df.groupBy(shape.key)
         .agg(winner.alias("w"))
-        .select(upsert.key, *[F.col(f"w.{c}").alias(c) for c in ordering + others])
+        .select(shape.key, *[F.col(f"w.{c}").alias(c) for c in ordering + others])
         .select(*state_df.columns)
     )
 
 
-def newer_condition(upsert: UpsertSpec, source: str = "s", target: str = "t") -> str:
+def newer_condition(shape: StateShape, source: str = "s", target: str = "t") -> str:
     """SQL: the source row's ordering tuple is greater than the target's."""
-    ordering = order_columns(upsert)
+    ordering = shape.order_columns
     condition = f"{source}.{ordering[-1]} > {target}.{ordering[-1]}"
     for column in reversed(ordering[:-1]):
         condition = (
@@ -101,49 +122,60 @@ def newer_condition(upsert: UpsertSpec, source: str = "s", target: str = "t") ->
     return condition
 
 
-# ------------------------------------------------------------------------------------ gold
+def with_event_columns(valid_df: DataFrame, record: RecordSpec) -> DataFrame:
+    """Valid events as rows of an events table: the event id first, every field, a hash."""
+    names = [record.event_id, *(n for n in record.names if n != record.event_id)]
+    return valid_df.select(*names, _tiebreak(F.col("raw_value")).alias("event_hash"))
 
 
-def with_hour_region(rows_df: DataFrame) -> DataFrame:
-    """Order rows keyed by ``hour_start`` (``order_ts`` truncated to the hour) and region."""
-    return rows_df.where(F.col("order_ts").isNotNull() & F.col("region").isNotNull()).withColumn(
-        "hour_start", F.date_trunc("hour", F.col("order_ts"))
+def distinct_events(events_df: DataFrame, record: RecordSpec) -> DataFrame:
+    """Each event once: of the rows with one event id, the one with the greatest hash (so
+    the choice does not depend on the order they arrived in)."""
+    winner = F.max(F.struct("event_hash", *[c for c in events_df.columns if c != "event_hash"]))
+    return (
+        events_df.groupBy(record.event_id)
+        .agg(winner.alias("w"))
+        .select("w.*")
+        .select(*events_df.columns)
     )
 
 
-def orders_sales_hourly(keyed_df: DataFrame) -> DataFrame:
-    """``gold/sales_hourly`` from current order state keyed by ``with_hour_region``."""
-    live = F.col("status") != F.lit("cancelled")
-    hourly_df = keyed_df.groupBy("hour_start", "region").agg(
-        F.count(F.when(live, 1)).alias("orders"),
-        F.count(F.when(~live, 1)).alias("cancelled"),
-        F.coalesce(F.sum(F.when(live, F.col("total"))), F.lit(0))
-        .cast("decimal(18,2)")
-        .alias("revenue"),
+def history_of(events_df: DataFrame, record: RecordSpec, history: History) -> DataFrame:
+    """The versions of each key from all of its events (each event once).
+
+    Events are walked in order of (time, event id). The state after an event is its tracked
+    values, or absent after a delete. An event that changes the state is a boundary: an
+    upsert whose values differ from the state before it starts a version, a delete after a
+    present state ends one. Each version runs from its boundary to the next one; a version
+    of zero length is not a row.
+    """
+    key, time, event_id = record.key, record.time, record.event_id
+    order = Window.partitionBy(key).orderBy(time, event_id)
+    is_delete = F.col(history.op).isin(*history.deletes)
+    before = F.lag(F.struct(is_delete.alias("deleted"), *history.tracked)).over(order)
+    same_values = F.lit(True)
+    for column in history.tracked:
+        same_values = same_values & F.col(column).eqNullSafe(before[column])
+    state_before = before.isNotNull() & ~before["deleted"]
+    boundary = F.when(is_delete, state_before).otherwise(~state_before | ~same_values)
+    boundaries_df = events_df.withColumn("_boundary", boundary).where("_boundary")
+    following = Window.partitionBy(key).orderBy(time, event_id)
+    versions_df = boundaries_df.select(
+        key,
+        *history.tracked,
+        F.col(time).alias("valid_from"),
+        F.lead(time).over(following).alias("valid_to"),
+        is_delete.alias("_deleted"),
+        F.col(event_id).alias("started_by_event_id"),
     )
-    return hourly_df.withColumn(
-        "avg_order_value",
-        F.when(F.col("orders") > 0, F.round(F.col("revenue") / F.col("orders"), 2)).cast(
-            "decimal(18,2)"
-        ),
+    return versions_df.where(
+        ~F.col("_deleted")
+        & (F.col("valid_to").isNull() | (F.col("valid_to") > F.col("valid_from")))
+    ).select(
+        key,
+        *history.tracked,
+        "valid_from",
+        "valid_to",
+        F.col("valid_to").isNull().alias("is_current"),
+        "started_by_event_id",
     )
-
-
-@dataclass(frozen=True)
-class GoldTransform:
-    """An aggregate that can be recomputed per key: ``with_keys`` adds the key columns to
-    any silver row (current or changed), ``aggregate`` folds keyed rows into gold rows."""
-
-    with_keys: Callable[[DataFrame], DataFrame]
-    aggregate: Callable[[DataFrame], DataFrame]
-    key_columns: tuple[str, ...]
-
-    def full(self, silver_df: DataFrame) -> DataFrame:
-        return self.aggregate(self.with_keys(silver_df))
-
-
-GOLD_TRANSFORMS: dict[str, GoldTransform] = {
-    "orders_sales_hourly": GoldTransform(
-        with_hour_region, orders_sales_hourly, ("hour_start", "region")
-    ),
-}

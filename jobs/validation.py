@@ -21,12 +21,14 @@ from pyspark.sql import functions as F
 
 from lakehouse.specs import FieldSpec, RecordSpec
 
+# Java regular expressions: \z is the very end (a "$" would also match before a final newline).
 _TS_WITH_ZONE = (
-    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$"
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})\z"
 )
-_TS_WITHOUT_ZONE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?$"
-_DECIMAL_NOTATION = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$"
-_DIGITS = r"^[0-9]+$"
+_TS_WITHOUT_ZONE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?\z"
+_DECIMAL_NOTATION = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)\z"
+_DIGITS = r"^[0-9]+\z"
+_INTEGER = r"^-?[0-9]+\z"
 # Wide enough for any value we keep, exact to 10 places before the final rounding.
 _WIDE_DECIMAL = "decimal(38,10)"
 
@@ -105,7 +107,7 @@ def _is_json_integer(kind_type: Column, raw: Column, name: str) -> Column:
     literal = F.get_json_object(raw, f"$.{name}")
     return (
         F.when(kind_type == F.lit("BIGINT"), F.lit(True))
-        .when(_is_decimal_type(kind_type) & kind_type.endswith(",0)"), literal.rlike(r"^-?[0-9]+$"))
+        .when(_is_decimal_type(kind_type) & kind_type.endswith(",0)"), literal.rlike(_INTEGER))
         .otherwise(F.lit(False))
     )
 
@@ -118,12 +120,15 @@ def _check(spec: FieldSpec, raw: Column) -> tuple[Column, Column]:
 
     if spec.kind in ("id", "text", "string"):
         non_empty = spec.kind in ("id", "text")
+        shaped = F.lit(True) if spec.pattern is None else text.rlike(f"^(?:{spec.pattern})\\z")
         ok = is_string & (F.length(text) > 0) if non_empty else is_string
+        ok = ok & shaped
         if spec.kind == "id":
             ok = ok | _is_json_integer(kind_type, raw, name)
         violation = F.when(ok, F.lit(None))
         if non_empty:
-            violation = violation.when(is_string, _rule("empty", name))
+            violation = violation.when(is_string & (F.length(text) == 0), _rule("empty", name))
+        violation = violation.when(is_string, _rule("bad_format", name))
         return F.when(ok, text), violation.otherwise(_rule("wrong_type", name))
 
     if spec.kind == "enum":
@@ -136,9 +141,11 @@ def _check(spec: FieldSpec, raw: Column) -> tuple[Column, Column]:
         return F.when(ok, text), violation
 
     if spec.kind == "timestamp":
-        # The pattern fixes the shape; the cast rejects impossible dates and times.
+        # The pattern fixes the shape; the cast rejects impossible dates and times, and so
+        # does a time that falls outside years 1..9999 once moved to UTC.
         shaped = is_string & text.rlike(_TS_WITH_ZONE)
-        parsed = F.when(shaped, text.try_cast("timestamp"))
+        cast = text.try_cast("timestamp")
+        parsed = F.when(shaped & F.year(cast).between(1, 9999), cast)
         violation = (
             F.when(~is_string, _rule("wrong_type", name))
             .when(text.rlike(_TS_WITHOUT_ZONE), _rule("no_zone", name))
@@ -165,6 +172,14 @@ def _check(spec: FieldSpec, raw: Column) -> tuple[Column, Column]:
         value = F.when(in_range, number.cast(f"decimal({spec.precision},{spec.scale})"))
         return value, violation
 
+    if spec.kind == "integer":
+        is_integer = _is_json_integer(kind_type, raw, name)
+        number = F.when(is_integer, F.try_variant_get(sub, "$", "bigint"))
+        violation = F.when(~is_integer, _rule("wrong_type", name)).when(
+            number.isNull(), _rule("out_of_range", name)
+        )
+        return number, violation
+
     if spec.kind == "count":
         is_integer = _is_json_integer(kind_type, raw, name)
         is_digits = is_string & text.rlike(_DIGITS)
@@ -178,6 +193,11 @@ def _check(spec: FieldSpec, raw: Column) -> tuple[Column, Column]:
         return F.when(in_range, number), violation
 
     raise ValueError(f"unknown field kind {spec.kind!r}")
+
+
+def _holds(other: str, values: tuple[str, ...]) -> Column:
+    """Field ``other`` is valid and holds one of ``values`` (for ``*_when`` conditions)."""
+    return F.coalesce(F.col(_value(other)).isin(*values), F.lit(False))
 
 
 def with_validation(bronze_df: DataFrame, record: RecordSpec) -> DataFrame:
@@ -224,43 +244,56 @@ def with_validation(bronze_df: DataFrame, record: RecordSpec) -> DataFrame:
         if spec.optional_when is not None:
             other, values = spec.optional_when
             required = ~F.coalesce(F.col(_value(other)).isin(*values), F.lit(False))
-        violations.append(
-            F.when(present, F.col(_bad(spec.name))).when(required, _rule("missing", spec.name))
+        violation = F.when(present, F.col(_bad(spec.name))).when(
+            required, _rule("missing", spec.name)
         )
+        if spec.ignored_when is not None:
+            other, values = spec.ignored_when
+            violation = F.when(~_holds(other, values), violation)
+        violations.append(violation)
     reasons = F.when(record_violation.isNotNull(), F.array(record_violation)).otherwise(
         F.array_compact(F.array(*violations))
     )
     df = df.withColumn(REASONS_COL, reasons)
     valid = F.size(F.col(REASONS_COL)) == 0
     temporary = [c for c in df.columns if c.startswith("__")]
+    kept = {
+        spec.name: F.when(~_holds(*spec.ignored_when), F.col(_value(spec.name)))
+        if spec.ignored_when
+        else F.col(_value(spec.name))
+        for spec in record.fields
+    }
     return df.select(
         *[c for c in bronze_df.columns],
-        *[F.when(valid, F.col(_value(n))).alias(n) for n in names],
+        *[F.when(valid, kept[n]).alias(n) for n in names],
         F.col(REASONS_COL),
         F.get(F.col(REASONS_COL), 0).alias(REASON_COL),
         valid.alias(VALID_COL),
         F.when(
-            F.col(_DOC).isNotNull(), F.try_variant_get(F.col(_DOC), "$.event_id", "string")
+            F.col(_DOC).isNotNull(),
+            F.try_variant_get(F.col(_DOC), f"$.{record.event_id}", "string"),
         ).alias("raw_event_id"),
     ).drop(*[c for c in temporary if c in bronze_df.columns])
 
 
-EVENT_TS_HINT = "event_ts_hint"
-ORDER_ID_HINT = "order_id_hint"
+KEY_HINT = "_key_hint"
 
 
-def with_hints(
-    records_df: DataFrame, ts_field: str = "event_ts", key_field: str = "order_id"
-) -> DataFrame:
-    """Add ``event_ts_hint`` and ``order_id_hint``: the two fields as far as they can be read
-    from any record, valid or not (null when they cannot).
+def time_hint(record: RecordSpec) -> str:
+    """The column with a record's event time as far as it can be read (kept in quarantine)."""
+    return f"{record.time}_hint"
+
+
+def with_hints(records_df: DataFrame, record: RecordSpec) -> DataFrame:
+    """Add ``<time>_hint`` and ``_key_hint``: the record's time and key as far as they can be
+    read from any record, valid or not (null when they cannot).
 
     One cheap parse with a two-field schema; it selects the records a reprocess window
-    touches. For a valid record the hints equal its validated ``event_ts`` and ``order_id``.
+    touches. For a valid record the hints equal its validated time and key.
     """
-    hints = F.from_json(F.col("raw_value"), f"{ts_field} STRING, {key_field} STRING")
+    hints = F.from_json(F.col("raw_value"), f"`{record.time}` STRING, `{record.key}` STRING")
     return records_df.withColumn("__hints", hints).select(
         *records_df.columns,
-        F.col(f"__hints.{ts_field}").try_cast("timestamp").alias(EVENT_TS_HINT),
-        F.col(f"__hints.{key_field}").alias(ORDER_ID_HINT),
+        F.col(f"__hints.{record.time}").try_cast("timestamp").alias(time_hint(record)),
+        F.col(f"__hints.{record.key}").alias(KEY_HINT),
     )

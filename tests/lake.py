@@ -18,6 +18,14 @@ from pyspark.sql import DataFrame, SparkSession
 from lakehouse.sample_data import write_landing_file
 from lakehouse.settings import Settings
 from tests.oracle import GOLD_COLUMNS, SILVER_COLUMNS
+from tests.oracle_customers import HISTORY_COLUMNS, SEGMENT_COLUMNS
+
+# Every layer of each example pipeline, in the order a full run takes them.
+LAYERS = {
+    "orders": ("bronze", "silver", "gold"),
+    "customers": ("bronze", "silver"),
+    "segment_sales": ("gold",),
+}
 
 
 def _hashable(value: Any) -> Any:
@@ -40,12 +48,16 @@ class Lake:
     def root(self) -> Path:
         return Path(self.settings.root)
 
-    def land(self, content: bytes | list[bytes], name: str | None = None) -> Path:
+    def land(
+        self, content: bytes | list[bytes], name: str | None = None, pipeline: str = "orders"
+    ) -> Path:
         if isinstance(content, list):
             content = b"\n".join(content) + b"\n"
-        return write_landing_file(self.root / "landing" / "orders", content, name)
+        return write_landing_file(self.root / "landing" / pipeline, content, name)
 
-    def run(self, layer: str, *args: str, fault: str | None = None) -> int:
+    def run(
+        self, layer: str, *args: str, fault: str | None = None, pipeline: str = "orders"
+    ) -> int:
         from jobs import bronze, gold, silver
 
         module = {"bronze": bronze, "silver": silver, "gold": gold}[layer]
@@ -54,13 +66,19 @@ class Lake:
         else:
             self.monkeypatch.delenv("LAKEHOUSE_FAULT", raising=False)
         try:
-            return int(module.main(["--pipeline", "orders", "--root", str(self.root), *args]))
+            argv = ["--pipeline", pipeline, "--root", str(self.root), *args]
+            return int(module.main(argv))
         finally:
             self.monkeypatch.delenv("LAKEHOUSE_FAULT", raising=False)
 
-    def run_all(self, *args: str) -> None:
-        for layer in ("bronze", "silver", "gold"):
-            assert self.run(layer, *args) == 0, f"{layer} failed"
+    def run_all(self, *args: str, pipeline: str = "orders") -> None:
+        for layer in LAYERS[pipeline]:
+            assert self.run(layer, *args, pipeline=pipeline) == 0, f"{pipeline}.{layer} failed"
+
+    def run_everything(self) -> None:
+        """A run of the three example pipelines, as their schedules and assets would."""
+        for pipeline in ("customers", "orders", "segment_sales"):
+            self.run_all(pipeline=pipeline)
 
     def table(self, name: str) -> DataFrame:
         return self.spark.read.format("delta").load(self.settings.path(name))
@@ -77,6 +95,28 @@ class Lake:
 
     def gold(self) -> dict[tuple, tuple]:
         return {(row[0], row[1]): row for row in self.rows("gold/sales_hourly", GOLD_COLUMNS)}
+
+    def history(self) -> dict[tuple, tuple]:
+        rows = self.rows("silver/customers_history", HISTORY_COLUMNS)
+        return {(row[0], row[5]): row for row in rows}
+
+    def segment_sales(self) -> dict[tuple, tuple]:
+        rows = self.rows("gold/segment_sales_daily", SEGMENT_COLUMNS)
+        return {(row[0], row[1]): row for row in rows}
+
+    def customers_view(self, with_segment_sales: bool = False) -> dict[str, Any]:
+        """The customers tables as the contract speaks of them; compare with
+        ``oracle_customers.comparable_customers``."""
+        view: dict[str, Any] = {
+            "bronze": Counter(r[0] for r in self.rows("bronze/customers_events", ["raw_value"])),
+            "quarantine": Counter(
+                self.rows("silver/customers_quarantine", ["raw_value", "reason"])
+            ),
+            "history": self.history(),
+        }
+        if with_segment_sales:
+            view["segment_sales"] = self.segment_sales()
+        return view
 
     def contract_view(self) -> dict[str, Any]:
         """The tables as the contract speaks of them; compare with ``oracle.comparable``."""

@@ -16,11 +16,13 @@ from datetime import UTC, datetime, timedelta, timezone
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
+# ASCII digits only, and \Z: "$" would also match before a trailing newline.
 _TS = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(Z|([+-])(\d{2}):(\d{2}))?$"
+    r"^([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]+))?"
+    r"(Z|([+-])([0-9]{2}):([0-9]{2}))?\Z"
 )
-_DECIMAL = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)$")
-_DIGITS = re.compile(r"^[0-9]+$")
+_DECIMAL = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)\Z")
+_DIGITS = re.compile(r"^[0-9]+\Z")
 _BLANK = re.compile(rb"^[ \t\n\x0b\f\r]*$")
 EVENT_TYPES = ("placed", "updated", "cancelled")
 MAX_TOTAL = Decimal(10) ** 12
@@ -79,9 +81,10 @@ def _timestamp(value: Any) -> tuple[datetime | None, str | None]:
             micros,
             tzinfo=timezone(offset),
         )
-    except ValueError:
+        utc = local.astimezone(UTC)
+    except (ValueError, OverflowError):  # a date that is not, or not in years 1..9999 in UTC
         return None, "impossible_date"
-    return local.astimezone(UTC), None
+    return utc, None
 
 
 def _id(value: Any) -> tuple[str | None, str | None]:

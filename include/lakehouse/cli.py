@@ -3,9 +3,9 @@
 lakehouse report                 what the tables hold (no JVM)
 lakehouse services up|down|status [spark|kafka]
 lakehouse demo [--source file|kafka]
-lakehouse maintain [--actions optimize,vacuum,backup] [--retention-hours H] [--dry-run]
-lakehouse backups                the checkpoint backups
-lakehouse restore LAYER [--backup-id ID|latest] [--check]
+lakehouse maintain [--pipeline P] [--actions optimize,vacuum,backup] [--dry-run] ...
+lakehouse backups [PIPELINE]     the checkpoint backups
+lakehouse restore PIPELINE LAYER [--backup-id ID|latest] [--check]
 """
 
 from __future__ import annotations

@@ -56,6 +56,25 @@ class ConfigurationError(LakehouseError):
     hint = "Fix the setting named above (see README, 'Configuration') and run again."
 
 
+class DeclarationError(ConfigurationError):
+    """A pipeline declaration that cannot work; the message names the file and the field."""
+
+    hint = (
+        "Fix the declaration named above (see README, 'Add a pipeline'); the other pipelines "
+        "load and run without it."
+    )
+
+
+class ExpectationFailed(LakehouseError):
+    """A ``fail`` expectation was broken: the micro-batch was not committed."""
+
+    hint = (
+        "Nothing of the micro-batch was written. Fix the records at the source, or change the "
+        "expectation in the pipeline's declaration (its action, or its condition); the next "
+        "run processes the same micro-batch under the declaration as it is then."
+    )
+
+
 class JavaNotFound(LakehouseError):
     hint = (
         "Install a Java 17 or 21 runtime (Debian: apt-get install openjdk-17-jre-headless) "

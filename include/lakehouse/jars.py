@@ -27,7 +27,6 @@ SCALA_BINARY = "2.13"
 KAFKA_BROKER_VERSION = "4.1.1"
 
 
-
 def hadoop_version() -> str:
     """The Hadoop client pyspark ships (``jars/hadoop-client-api-<version>.jar``): hadoop-aws
     must be the same release, and brings the AWS SDK v2 bundle it was built against."""
@@ -167,8 +166,17 @@ def resolve(settings: Settings, jar_set: str, maven_repo: Path) -> list[Path]:
     return jar_files(settings, jar_set)
 
 
-def resolve_all(settings: Settings) -> None:
+# What ``make setup`` resolves. The s3 set (640 MB) is resolved by ``make s3-up``, or here
+# when the root is already on s3a.
+SETUP_SETS = ("spark", "kafka")
+
+
+def resolve_all(settings: Settings, jar_sets_wanted: tuple[str, ...] | None = None) -> None:
+    """Resolve ``jar_sets_wanted`` (default: what setup needs, and s3 for an s3a root)."""
+    wanted = jar_sets_wanted or (
+        (*SETUP_SETS, "s3") if settings.root.startswith("s3a://") else SETUP_SETS
+    )
     maven_repo = settings.project_dir / ".cache" / "m2"
-    for jar_set in jar_sets():
+    for jar_set in wanted:
         files = resolve(settings, jar_set, maven_repo)
         print(f"{jar_set} jars: {len(files)} in {jar_dir(settings, jar_set)}")

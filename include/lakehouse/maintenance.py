@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from lakehouse.params import check_retention_floor
-from lakehouse.pipelines import RUN_LOG
-from lakehouse.specs import PipelineSpec, TableSpec, schema_fields
+from lakehouse.specs import TableSpec, schema_fields
 
 MIB = 1024 * 1024
 
@@ -42,11 +41,6 @@ _INTERVAL_UNITS_S = {
     "week": 604800.0,
 }
 _INTERVAL_PART = re.compile(r"(-?\d+(?:\.\d+)?)\s*([a-z]+?)s?\b")
-
-
-def maintained_tables(pipeline: PipelineSpec) -> tuple[TableSpec, ...]:
-    """Every table maintenance looks after: the pipeline's tables and the run log."""
-    return (*pipeline.tables, RUN_LOG)
 
 
 def parse_interval_hours(text: str) -> float:

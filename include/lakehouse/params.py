@@ -261,10 +261,13 @@ def _is_tuple(annotation: Any) -> bool:
 
 
 def param_schemas(
-    model: type[ParamsModel], overrides: Mapping[str, Mapping[str, Any]] | None = None
+    model: type[ParamsModel],
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    exclude: Sequence[str] = (),
 ) -> dict[str, dict[str, Any]]:
     """Each field as ``{"default": ..., <JSON schema keywords>}``, ready for Airflow's
-    ``Param(default, **schema)``; ``overrides`` adds deployment facts (a floor, table names)."""
+    ``Param(default, **schema)``; ``overrides`` adds deployment facts (a floor, table names),
+    ``exclude`` leaves out fields that do not apply (Kafka params of a gold-only pipeline)."""
     schema = model.model_json_schema()
     definitions = schema.get("$defs", {})
 
@@ -282,6 +285,8 @@ def param_schemas(
 
     params: dict[str, dict[str, Any]] = {}
     for name, prop in schema["properties"].items():
+        if name in exclude:
+            continue
         prop = resolve(prop)
         options = prop.pop("anyOf", None)
         if options:  # Optional[X]: X's keywords, with null among its types
@@ -588,6 +593,12 @@ def check_retention_floor(retention_hours: float, floor_hours: float) -> None:
 class RestoreParams(ParamsModel):
     """A checkpoint restore of one layer (the admin DAG ``lakehouse_restore``)."""
 
+    pipeline: str = Field(
+        pattern=r"^[a-z][a-z0-9_]*$",
+        title="Pipeline",
+        description="The pipeline whose checkpoint to restore.",
+        json_schema_extra=_meta("What to restore", jobs=()),
+    )
     layer: Layer = Field(
         Layer.SILVER,
         title="Layer",

@@ -211,12 +211,12 @@ def render_file(lines: list[bytes], rng: random.Random | None = None) -> bytes:
 def write_landing_file(
     landing_dir: str | os.PathLike[str], content: bytes, name: str | None = None
 ) -> Path:
-    """Write a landing file the safe way: to a hidden name, then rename it in."""
+    """Write a landing file the safe way: to a hidden name, then rename it in. The default
+    name is the folder's name, a time and a random part."""
     directory = Path(landing_dir)
     directory.mkdir(parents=True, exist_ok=True)
-    final = directory / (
-        name or f"orders-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}.jsonl"
-    )
+    stamp = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    final = directory / (name or f"{directory.name}-{stamp}.jsonl")
     staging = directory / f".{final.name}.tmp"
     staging.write_bytes(content)
     staging.replace(final)

@@ -263,6 +263,12 @@ class Settings(_EnvModel):
         json_schema_extra=_env("project_dir", "LAKEHOUSE_HOME"),
         description="the project checkout (set by ``make env``)",
     )
+    pipelines_dir: str = Field(
+        "",
+        json_schema_extra=_env("pipelines_dir"),
+        description="the folders of pipeline declarations, separated by `:` (default "
+        "``<project>/pipelines``)",
+    )
     jars_dir: Path | None = Field(
         None,
         json_schema_extra=_env("jars_dir"),
@@ -296,7 +302,9 @@ class Settings(_EnvModel):
         if value is None:
             return None
         if not re.match(_ENDPOINT_RE, value):
-            raise ValueError("not an endpoint URL: use http(s)://host[:port], e.g. http://127.0.0.1:8333")
+            raise ValueError(
+                "not an endpoint URL: use http(s)://host[:port], e.g. http://127.0.0.1:8333"
+            )
         return value.rstrip("/")
 
     @field_validator("driver_memory")
@@ -325,6 +333,8 @@ class Settings(_EnvModel):
             object.__setattr__(self, "root", str(self.project_dir / "data" / "lakehouse"))
         if self.jars_dir is None:
             object.__setattr__(self, "jars_dir", self.project_dir / ".cache" / "jars")
+        if not self.pipelines_dir:
+            object.__setattr__(self, "pipelines_dir", str(self.project_dir / "pipelines"))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -1,19 +1,28 @@
-"""Declarations of tables, record rules and pipelines: frozen dataclasses checked on creation.
+"""Declarations: a pipeline is one frozen dataclass, checked when it is created.
 
-A pipeline is data: its tables, the rules a raw record must keep, and the streams (one per
-layer) that move records from the source to bronze, silver and gold. The jobs in ``jobs/``
-compile these declarations into Spark code; the DAGs read them to wire tasks and assets.
+A pipeline declares where its raw records come from (``Source``), the rules a record must
+keep (``RecordSpec`` of ``FieldSpec``), what else it expects of them (``Expectation``: warn,
+drop or fail), how valid records become silver (one of the silver kinds: ``LatestState``,
+``History``, ``AppendOnly``) and what gold it computes (``Gold``, from its own or other
+pipelines' silver). Everything else is derived from that: the tables and their schemas, the
+streams (one per layer, each with its checkpoint), the layers its DAG runs, the settings it
+reads (``LAKEHOUSE_<NAME>_*``). The jobs in ``jobs/`` compile a declaration into Spark code;
+the DAGs read it to wire tasks and assets. A declaration that cannot work (an unknown column
+in a rule, a gold key that is not in its output, ...) is refused here, naming the field.
+
+Declarations live one per file in the pipelines folder (``lakehouse.registry``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import string
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
-from lakehouse.errors import ConfigurationError
+from lakehouse.errors import ConfigurationError, DeclarationError
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*/[a-z][a-z0-9_]*$")
 _IDENT_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -23,6 +32,9 @@ _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._\-]{1,249}$")
 # Table properties that would quietly break exactly-once. The transaction identifiers
 # that make replayed micro-batches no-ops must outlive the longest pause of any stream.
 FORBIDDEN_TABLE_PROPERTIES = frozenset({"delta.setTransactionRetentionDuration"})
+# Silver tables keep a change data feed: a gold (of any pipeline) recomputes exactly what
+# their changes touch.
+CHANGE_FEED = {"delta.enableChangeDataFeed": "true"}
 
 
 class Layer(StrEnum):
@@ -39,7 +51,8 @@ class Layer(StrEnum):
         return f"jobs/{self.value}.py"
 
 
-FieldKind = Literal["id", "enum", "timestamp", "text", "string", "decimal", "count"]
+FieldKind = Literal["id", "enum", "timestamp", "text", "string", "decimal", "count", "integer"]
+ExpectationAction = Literal["warn", "drop", "fail"]
 
 
 def schema_fields(schema_ddl: str) -> list[tuple[str, str]]:
@@ -59,6 +72,29 @@ def schema_fields(schema_ddl: str) -> list[tuple[str, str]]:
         type_ddl = re.sub(r"\s+NOT\s+NULL\s*$", "", type_ddl, flags=re.IGNORECASE)
         fields.append((name.strip("`"), type_ddl.strip()))
     return fields
+
+
+def sql_columns(expression: str) -> list[str]:
+    """The column names a SQL expression refers to (function names and literals left out)."""
+    import sqlparse
+    from sqlparse import tokens
+
+    flat = [t for t in sqlparse.parse(expression)[0].flatten() if not t.is_whitespace]
+    names = []
+    for i, token in enumerate(flat):
+        if token.ttype is tokens.Name:
+            called = i + 1 < len(flat) and flat[i + 1].value == "("
+            if not called:
+                names.append(token.value.strip("`"))
+    return names
+
+
+def sql_placeholders(sql: str) -> set[str]:
+    """The ``{name}`` placeholders of a SQL text (inputs of ``spark.sql(sql, **frames)``)."""
+    return {name for _, name, _, _ in string.Formatter().parse(sql) if name}
+
+
+# -- tables -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -89,18 +125,16 @@ class TableSpec:
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
-            raise ConfigurationError(f"table name {self.name!r} must look like 'layer/table'.")
+            raise DeclarationError(f"table name {self.name!r} must look like 'layer/table'.")
         columns = set(self.columns)
         unknown = [c for c in (*self.partition_by, *self.zorder_by) if c not in columns]
         if unknown:
-            raise ConfigurationError(
-                f"{self.name}: layout columns {unknown} are not in the schema."
-            )
+            raise DeclarationError(f"{self.name}: layout columns {unknown} are not in the schema.")
         if set(self.partition_by) & set(self.zorder_by):
-            raise ConfigurationError(f"{self.name}: cannot Z-order by a partition column.")
+            raise DeclarationError(f"{self.name}: cannot Z-order by a partition column.")
         forbidden = FORBIDDEN_TABLE_PROPERTIES & set(self.properties)
         if forbidden:
-            raise ConfigurationError(
+            raise DeclarationError(
                 f"{self.name}: {sorted(forbidden)} would expire the transaction ids that make "
                 "replayed micro-batches idempotent; leave it unset."
             )
@@ -119,6 +153,44 @@ class TableSpec:
         return f"_checkpoints/{self.name}"
 
 
+# Columns every bronze table has, whatever the source: the record's text exactly as
+# delivered, and where it came from. A line that is not valid UTF-8 keeps its bytes.
+BRONZE_SCHEMA = (
+    "raw_value STRING, raw_bytes BINARY, source STRING, source_file STRING, "
+    "source_file_modified_at TIMESTAMP, kafka_topic STRING, kafka_partition INT, "
+    "kafka_offset BIGINT, kafka_timestamp TIMESTAMP, kafka_key STRING, "
+    "ingested_at TIMESTAMP, ingest_date DATE"
+)
+
+
+def quarantine_schema(time_field: str) -> str:
+    """Invalid records with the rules they broke. ``<time>_hint``: the record's event time as
+    far as it can be read (null if it cannot), so that a reprocess of a window replaces
+    exactly the quarantine rows of that window."""
+    return (
+        "raw_value STRING, raw_bytes BINARY, reason STRING, reasons ARRAY<STRING>, "
+        "event_id STRING, source STRING, source_file STRING, kafka_topic STRING, "
+        "kafka_partition INT, kafka_offset BIGINT, ingested_at TIMESTAMP, "
+        f"quarantined_at TIMESTAMP, {time_field}_hint TIMESTAMP"
+    )
+
+
+RUN_LOG = TableSpec(
+    name="ops/run_log",
+    description="One row per layer run and per maintenance action: what ran and what it did.",
+    schema=(
+        "pipeline STRING, layer STRING, action STRING, run_id STRING, query_id STRING, "
+        "status STRING, started_at TIMESTAMP, ended_at TIMESTAMP, duration_s DOUBLE, "
+        "rows_in BIGINT, rows_out BIGINT, rows_quarantined BIGINT, batches INT, "
+        "source_start STRING, source_end STRING, spark_master STRING, error STRING, "
+        "details STRING"
+    ),
+)
+
+
+# -- records ----------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class FieldSpec:
     """One field of a raw JSON record and the rule it must keep.
@@ -127,15 +199,21 @@ class FieldSpec:
     (exactly one of ``allowed``), ``timestamp`` (ISO-8601 with a zone), ``text`` (non-empty
     string), ``string`` (any string), ``decimal`` (JSON number or decimal-notation string
     within ``minimum..maximum``, rounded half up to ``scale``), ``count`` (integer >= 0 as a
-    JSON integer or a string of digits).
+    JSON integer or a string of digits), ``integer`` (a JSON integer of any sign).
+
+    ``optional_when=("f", values)``: not required when field ``f`` holds one of ``values``
+    (still checked when present). ``ignored_when=("f", values)``: neither required nor
+    checked then. ``pattern``: for ``text`` and ``string``, a regular expression the whole
+    value must match (``bad_format:<field>`` otherwise).
     """
 
     name: str
     kind: FieldKind
     required: bool = True
-    # Required unless <field> holds one of <values>, e.g. ("event_type", ("cancelled",)).
     optional_when: tuple[str, tuple[str, ...]] | None = None
+    ignored_when: tuple[str, tuple[str, ...]] | None = None
     allowed: tuple[str, ...] = ()
+    pattern: str | None = None
     minimum: str | None = None
     maximum: str | None = None
     precision: int = 18
@@ -143,28 +221,75 @@ class FieldSpec:
 
     def __post_init__(self) -> None:
         if not _IDENT_RE.match(self.name):
-            raise ConfigurationError(f"field name {self.name!r} is not a plain identifier.")
+            raise DeclarationError(f"field name {self.name!r} is not a plain identifier.")
+        if self.kind not in FieldKind.__args__:  # type: ignore[attr-defined]
+            raise DeclarationError(f"field {self.name!r}: unknown kind {self.kind!r}.")
         if self.kind == "enum" and not self.allowed:
-            raise ConfigurationError(f"enum field {self.name!r} needs allowed values.")
+            raise DeclarationError(f"enum field {self.name!r} needs allowed values.")
         if self.kind != "enum" and self.allowed:
-            raise ConfigurationError(f"only enum fields take allowed values ({self.name!r}).")
+            raise DeclarationError(f"only enum fields take allowed values ({self.name!r}).")
         if self.optional_when and not self.required:
-            raise ConfigurationError(f"{self.name!r}: optional_when only makes sense if required.")
+            raise DeclarationError(f"{self.name!r}: optional_when only makes sense if required.")
+        if self.pattern is not None:
+            if self.kind not in ("text", "string"):
+                raise DeclarationError(
+                    f"{self.name!r}: only text and string fields take a pattern."
+                )
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise DeclarationError(f"{self.name!r}: pattern is not a regex: {exc}.") from None
+
+    @property
+    def sql_type(self) -> str:
+        """The Spark type of the field's validated value."""
+        if self.kind == "timestamp":
+            return "TIMESTAMP"
+        if self.kind == "decimal":
+            return f"DECIMAL({self.precision},{self.scale})"
+        if self.kind in ("count", "integer"):
+            return "BIGINT"
+        return "STRING"
 
 
 @dataclass(frozen=True)
 class RecordSpec:
-    """The rules for one raw record: a JSON object with these fields (others are ignored)."""
+    """The rules for one raw record: a JSON object with these fields (others are ignored).
+
+    ``event_id`` names the field that identifies an event (a record delivered again carries
+    the same one), ``key`` the entity the events are about (an order, a customer), ``time``
+    when the event happened (it orders events, and is the window of a reprocess).
+    """
 
     fields: tuple[FieldSpec, ...]
+    key: str
+    time: str
+    event_id: str = "event_id"
 
     def __post_init__(self) -> None:
         names = [f.name for f in self.fields]
         if len(names) != len(set(names)):
-            raise ConfigurationError(f"duplicate field names in {names}.")
+            raise DeclarationError(f"record: duplicate field names in {names}.")
         for spec in self.fields:
-            if spec.optional_when and spec.optional_when[0] not in names:
-                raise ConfigurationError(f"{spec.name!r} depends on unknown field.")
+            for condition in (spec.optional_when, spec.ignored_when):
+                if condition and condition[0] not in names:
+                    raise DeclarationError(
+                        f"record: {spec.name!r} depends on unknown field {condition[0]!r}."
+                    )
+        for role in ("key", "time", "event_id"):
+            name = getattr(self, role)
+            if name not in names:
+                raise DeclarationError(f"record.{role}: {name!r} is not one of its fields.")
+            if self.field(name).ignored_when or not self.field(name).required:
+                raise DeclarationError(f"record.{role}: {name!r} must be a required field.")
+        if self.field(self.time).kind != "timestamp":
+            raise DeclarationError(f"record.time: {self.time!r} is not a timestamp field.")
+        if self.field(self.event_id).kind not in ("id", "text"):
+            raise DeclarationError(f"record.event_id: {self.event_id!r} must be an id field.")
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.fields]
 
     def field(self, name: str) -> FieldSpec:
         for spec in self.fields:
@@ -174,45 +299,168 @@ class RecordSpec:
 
 
 @dataclass(frozen=True)
-class UpsertSpec:
-    """How valid events become current state: one row per ``key``, the greatest
-    ``order_by`` tuple wins, ties broken by a hash of the raw record so that any order of
-    arrival gives the same table. ``rename`` maps event fields to state columns."""
+class Expectation:
+    """What a valid record must also keep, and what happens to one that does not.
 
-    key: str
-    order_by: tuple[str, ...]
-    rename: Mapping[str, str] = field(default_factory=dict)
+    ``when`` is a SQL condition over the record's validated fields that is true for a record
+    that breaks the expectation. ``action``: ``warn`` keeps it and counts it; ``drop`` keeps
+    it out of silver (bronze has it) and counts it; ``fail`` stops the run, naming the rule
+    and the count, before anything of the micro-batch is written. Invalid records go to
+    quarantine first; then ``drop`` rules apply; then ``fail`` and ``warn`` to the rest.
+    """
+
+    name: str
+    when: str
+    action: ExpectationAction
+
+    def __post_init__(self) -> None:
+        if not _IDENT_RE.match(self.name):
+            raise DeclarationError(f"expectation name {self.name!r} is not a plain identifier.")
+        if self.action not in ExpectationAction.__args__:  # type: ignore[attr-defined]
+            raise DeclarationError(
+                f"expectation {self.name}: action {self.action!r} is not warn, drop or fail."
+            )
+        if not self.when.strip():
+            raise DeclarationError(f"expectation {self.name}: an empty condition.")
+
+
+# -- silver kinds -----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class StreamSpec:
-    """One layer's streaming query: where it reads, which tables it writes.
+class LatestState:
+    """Silver as current state: one row per key, from its winning event (the greatest
+    ``order_by`` tuple; exact ties broken by a hash of the record, so that every order of
+    arrival gives the same table). A late or repeated event never overwrites a newer one.
+    ``rename`` maps event fields to state columns."""
 
-    The checkpoint belongs to the first target; a query never shares its checkpoint.
+    table: str
+    quarantine: str
+    order_by: tuple[str, ...] = ()  # default: (record.time, record.event_id)
+    rename: Mapping[str, str] = field(default_factory=dict)
+    zorder_by: tuple[str, ...] = ()
+    allow_full_refresh: bool = True
+
+    kind: str = field(default="latest", init=False)
+
+
+@dataclass(frozen=True)
+class History:
+    """Silver as history (slowly changing dimension, type 2): one row per version of a key,
+    ``valid_from``..``valid_to`` (null while current). Events of a key are walked in order of
+    (time, event id): an event whose ``tracked`` values equal the current version's changes
+    nothing; another ends the current version and starts one; an event whose ``op`` field is
+    one of ``deletes`` ends the current version. A version of zero length is not a row. Late
+    events split or move the versions they fall between, exactly as if they had come in time.
+
+    ``changes`` is a table of its own: every valid event once (by event id), from which the
+    history of a key is derived again whenever one of its events arrives.
     """
 
-    layer: Layer
-    targets: tuple[str, ...]
-    # The tables it reads as Delta streams (none: it reads the pipeline's raw source).
-    sources: tuple[str, ...] = ()
-    read_change_feed: bool = False
+    table: str
+    quarantine: str
+    changes: str
+    op: str
+    tracked: tuple[str, ...]
+    deletes: tuple[str, ...] = ("delete",)
+    allow_full_refresh: bool = True
+
+    kind: str = field(default="history", init=False)
+
+
+@dataclass(frozen=True)
+class AppendOnly:
+    """Silver as events: every valid event once, de-duplicated by its event id (a record
+    delivered again is the same event; of two different records with one id, the one with
+    the greatest hash is kept, whatever the order they arrived in)."""
+
+    table: str
+    quarantine: str
+    zorder_by: tuple[str, ...] = ()
+    allow_full_refresh: bool = True
+
+    kind: str = field(default="append", init=False)
+
+
+SilverSpec = LatestState | History | AppendOnly
+
+
+# -- gold -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GoldInput:
+    """A silver table a gold reads, under ``name`` (its ``{name}`` in the SQL), and which gold
+    rows a change to it touches: ``touches`` is SQL over ``{changes}`` (the changed rows,
+    before and after each change) and the inputs, giving the ``recompute_by`` values to
+    recompute."""
+
+    name: str
+    table: str
+    touches: str
 
     def __post_init__(self) -> None:
-        if not self.targets:
-            raise ConfigurationError(f"stream {self.layer} has no target table.")
-        object.__setattr__(self, "layer", Layer(self.layer))
+        # "changes" is the changed rows; "args" is spark.sql's own argument.
+        if not _IDENT_RE.match(self.name) or self.name in ("changes", "args"):
+            raise DeclarationError(f"gold input name {self.name!r} is not a usable identifier.")
+
+
+@dataclass(frozen=True)
+class Gold:
+    """A gold table, recomputed per key from one or several silver tables.
+
+    ``sql`` (with ``{input}`` placeholders) or ``function`` (inputs by name -> DataFrame)
+    computes it; ``key`` identifies its rows; ``recompute_by`` (a part of the key, the whole
+    key by default) is what changes are mapped to: every row whose ``recompute_by`` values a
+    change touches is recomputed from the current inputs, and nothing else.
+    """
+
+    table: str
+    schema: str
+    key: tuple[str, ...]
+    inputs: tuple[GoldInput, ...]
+    sql: str | None = None
+    function: Callable[[Mapping[str, Any]], Any] | None = None
+    recompute_by: tuple[str, ...] = ()
+    description: str = ""
+    partition_by: tuple[str, ...] = ()
+    zorder_by: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.sql is None) == (self.function is None):
+            raise DeclarationError(f"gold {self.table}: give sql or function, exactly one.")
+        columns = [name for name, _ in schema_fields(self.schema)]
+        missing = [k for k in self.key if k not in columns]
+        if not self.key or missing:
+            raise DeclarationError(
+                f"gold {self.table}: key {list(self.key)} is not in its output columns "
+                f"{columns} (missing {missing})."
+            )
+        outside = [c for c in self.recompute_by if c not in self.key]
+        if outside:
+            raise DeclarationError(
+                f"gold {self.table}: recompute_by {outside} is not part of the key."
+            )
+        names = [i.name for i in self.inputs]
+        if not names or len(names) != len(set(names)):
+            raise DeclarationError(f"gold {self.table}: inputs {names} must be named once each.")
+        unknown = sql_placeholders(self.sql or "") - set(names)
+        if unknown:
+            raise DeclarationError(f"gold {self.table}: sql reads undeclared inputs {unknown}.")
+        for item in self.inputs:
+            unknown = sql_placeholders(item.touches) - {*names, "changes"}
+            if unknown or "changes" not in sql_placeholders(item.touches):
+                raise DeclarationError(
+                    f"gold {self.table}: inputs[{item.name}].touches must read {{changes}} and "
+                    f"only declared inputs (not {sorted(unknown)})."
+                )
 
     @property
-    def job(self) -> str:
-        return self.layer.job
+    def recompute_columns(self) -> tuple[str, ...]:
+        return self.recompute_by or self.key
 
-    @property
-    def reads_raw_source(self) -> bool:
-        return not self.sources
 
-    @property
-    def checkpoint(self) -> str:
-        return f"_checkpoints/{self.targets[0]}"
+# -- source ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -262,43 +510,274 @@ class KafkaSubscription:
 
 
 @dataclass(frozen=True)
+class Source:
+    """Where raw records come from, and the bronze table that keeps them: JSON Lines files
+    landing in ``landing`` (under the root), or the Kafka ``kafka_topics`` (or every topic
+    matching ``kafka_topic_pattern``). Which of the two a deployment reads is its setting,
+    ``LAKEHOUSE_<PIPELINE>_SOURCE``."""
+
+    landing: str
+    bronze: str
+    kafka_topics: tuple[str, ...] = ()
+    kafka_topic_pattern: str | None = None
+
+    @property
+    def kafka(self) -> KafkaSubscription:
+        return KafkaSubscription(self.kafka_topics, self.kafka_topic_pattern)
+
+
+# -- streams and pipelines --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """One layer's streaming query: where it reads, which tables it writes.
+
+    The checkpoint belongs to the first target; a query never shares its checkpoint.
+    """
+
+    layer: Layer
+    targets: tuple[str, ...]
+    # The tables it reads as Delta streams (none: it reads the pipeline's raw source).
+    sources: tuple[str, ...] = ()
+    read_change_feed: bool = False
+    pipeline: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.targets:
+            raise DeclarationError(f"stream {self.layer} has no target table.")
+        object.__setattr__(self, "layer", Layer(self.layer))
+
+    @property
+    def name(self) -> str:
+        return f"{self.pipeline}.{self.layer}"
+
+    @property
+    def job(self) -> str:
+        return self.layer.job
+
+    @property
+    def reads_raw_source(self) -> bool:
+        return not self.sources
+
+    @property
+    def checkpoint(self) -> str:
+        return f"_checkpoints/{self.targets[0]}"
+
+
+def _state_schema(record: RecordSpec, silver: LatestState) -> str:
+    renamed = [(silver.rename.get(f.name, f.name), f) for f in record.fields]
+    key = silver.rename.get(record.key, record.key)
+    columns = [f"{key} STRING NOT NULL"]
+    columns += [f"{name} {f.sql_type}" for name, f in renamed if name != key]
+    return ", ".join([*columns, "last_event_hash BIGINT"])
+
+
+def _events_schema(record: RecordSpec) -> str:
+    columns = [f"{record.event_id} STRING NOT NULL"]
+    columns += [f"{f.name} {f.sql_type}" for f in record.fields if f.name != record.event_id]
+    return ", ".join([*columns, "event_hash BIGINT"])
+
+
+def _history_schema(record: RecordSpec, silver: History) -> str:
+    tracked = [f"{name} {record.field(name).sql_type}" for name in silver.tracked]
+    return ", ".join(
+        [
+            f"{record.key} STRING NOT NULL",
+            *tracked,
+            "valid_from TIMESTAMP NOT NULL",
+            "valid_to TIMESTAMP",
+            "is_current BOOLEAN",
+            "started_by_event_id STRING",
+        ]
+    )
+
+
+@dataclass(frozen=True)
 class PipelineSpec:
-    """A medallion pipeline: raw source -> bronze -> silver (+ quarantine) -> gold."""
+    """A medallion pipeline, declared: source -> bronze -> silver (+ quarantine) -> gold.
+
+    Any suffix of that chain may be left out: a pipeline with only a ``gold`` reads other
+    pipelines' silver tables. ``schedule`` is a cron expression (None: runs only when
+    triggered, or, for a gold on other pipelines' tables, when they change).
+    """
 
     name: str
-    description: str
-    landing: str
-    kafka_topics: tuple[str, ...]
-    record: RecordSpec
-    upsert: UpsertSpec
-    tables: tuple[TableSpec, ...]
-    streams: tuple[StreamSpec, ...]
-    gold_transform: str
-    # Instead of ``kafka_topics``: every topic whose whole name matches.
-    kafka_topic_pattern: str | None = None
-    # When ``<name>_pipeline`` runs (cron; None: only when triggered).
-    # LAKEHOUSE_<NAME>_SCHEDULE overrides it.
+    description: str = ""
+    source: Source | None = None
+    record: RecordSpec | None = None
+    expectations: tuple[Expectation, ...] = ()
+    silver: SilverSpec | None = None
+    gold: Gold | None = None
     schedule: str | None = None
+    # Where it was declared and what its file says of it (set by the registry).
+    origin: str = ""
+    doc: str = ""
+    tables: tuple[TableSpec, ...] = field(init=False, default=())
+    streams: tuple[StreamSpec, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
         if not _IDENT_RE.match(self.name):
-            raise ConfigurationError(f"pipeline name {self.name!r} is not a plain identifier.")
-        self.kafka_subscription  # noqa: B018 (validates the topics or the pattern)
-        names = {t.name for t in self.tables}
-        for stream in self.streams:
-            missing = [t for t in (*stream.targets, *stream.sources) if t not in names]
-            if missing:
-                raise ConfigurationError(f"{self.name}.{stream.layer} uses undeclared {missing}.")
-        layers = [s.layer for s in self.streams]
-        if len(layers) != len(set(layers)):
-            raise ConfigurationError(f"{self.name}: one stream per layer, got {layers}.")
-        checkpoints = [s.checkpoint for s in self.streams]
-        if len(checkpoints) != len(set(checkpoints)):
-            raise ConfigurationError(f"{self.name}: two streams share a checkpoint.")
+            raise DeclarationError(f"name: {self.name!r} is not a plain identifier.")
+        if self.silver is not None and (self.source is None or self.record is None):
+            raise DeclarationError("silver: needs a source and a record to validate.")
+        if self.source is not None and self.record is None:
+            raise DeclarationError("record: a pipeline with a source declares its records.")
+        if self.expectations and self.silver is None:
+            raise DeclarationError("expectations: apply in silver, which is not declared.")
+        if self.source is None and self.gold is None:
+            raise DeclarationError("source: a pipeline reads a source, or computes a gold.")
+        self._check_expectations()
+        self._check_silver()
+        tables, streams = self._derive()
+        object.__setattr__(self, "tables", tables)
+        object.__setattr__(self, "streams", streams)
+        names = [t.name for t in tables]
+        if len(names) != len(set(names)):
+            raise DeclarationError(f"tables: a table is declared twice in {names}.")
+
+    def _check_expectations(self) -> None:
+        if not self.expectations:
+            return
+        assert self.record is not None
+        known = set(self.record.names)
+        seen: set[str] = set()
+        for i, rule in enumerate(self.expectations):
+            if rule.name in seen:
+                raise DeclarationError(f"expectations[{i}]: {rule.name!r} is declared twice.")
+            seen.add(rule.name)
+            unknown = sorted({c for c in sql_columns(rule.when) if c.lower() not in known})
+            if unknown:
+                raise DeclarationError(
+                    f"expectations[{i}] ({rule.name}).when: unknown column(s) {unknown}; the "
+                    f"record's fields are {sorted(known)}."
+                )
+
+    def _check_silver(self) -> None:
+        if self.silver is None:
+            return
+        assert self.record is not None
+        known = set(self.record.names)
+        if isinstance(self.silver, LatestState):
+            unknown = [c for c in (*self.silver.order_by, *self.silver.rename) if c not in known]
+            if unknown:
+                raise DeclarationError(f"silver: order_by/rename name unknown fields {unknown}.")
+        if isinstance(self.silver, History):
+            unknown = [c for c in (self.silver.op, *self.silver.tracked) if c not in known]
+            if unknown:
+                raise DeclarationError(f"silver: op/tracked name unknown fields {unknown}.")
+            if self.record.field(self.silver.op).kind != "enum":
+                raise DeclarationError(f"silver.op: {self.silver.op!r} must be an enum field.")
 
     @property
-    def kafka_subscription(self) -> KafkaSubscription:
-        return KafkaSubscription(self.kafka_topics, self.kafka_topic_pattern)
+    def order_by(self) -> tuple[str, ...]:
+        """How the events of a key are ordered (silver kinds that order them)."""
+        assert self.record is not None
+        if isinstance(self.silver, LatestState) and self.silver.order_by:
+            return self.silver.order_by
+        return (self.record.time, self.record.event_id)
+
+    def _derive(self) -> tuple[tuple[TableSpec, ...], tuple[StreamSpec, ...]]:
+        tables: list[TableSpec] = []
+        streams: list[StreamSpec] = []
+        if self.source is not None:
+            tables.append(
+                TableSpec(
+                    name=self.source.bronze,
+                    description="Every delivered record, valid or not, exactly once, as raw text.",
+                    schema=BRONZE_SCHEMA,
+                    partition_by=("ingest_date",),
+                    allow_full_refresh=False,
+                )
+            )
+            streams.append(StreamSpec(Layer.BRONZE, (self.source.bronze,), pipeline=self.name))
+        if self.silver is not None:
+            assert self.record is not None and self.source is not None
+            tables += self._silver_tables(self.record, self.silver)
+            targets = [self.silver.table, self.silver.quarantine]
+            if isinstance(self.silver, History):
+                targets.append(self.silver.changes)
+            streams.append(
+                StreamSpec(Layer.SILVER, tuple(targets), (self.source.bronze,), pipeline=self.name)
+            )
+        if self.gold is not None:
+            tables.append(
+                TableSpec(
+                    name=self.gold.table,
+                    description=self.gold.description,
+                    schema=self.gold.schema,
+                    partition_by=self.gold.partition_by,
+                    zorder_by=self.gold.zorder_by,
+                )
+            )
+            streams.append(
+                StreamSpec(
+                    Layer.GOLD,
+                    (self.gold.table,),
+                    tuple(i.table for i in self.gold.inputs),
+                    read_change_feed=True,
+                    pipeline=self.name,
+                )
+            )
+        return tuple(tables), tuple(streams)
+
+    def _silver_tables(self, record: RecordSpec, silver: SilverSpec) -> list[TableSpec]:
+        quarantine = TableSpec(
+            name=silver.quarantine,
+            description="Every invalid record with the rule it broke.",
+            schema=quarantine_schema(record.time),
+        )
+        if isinstance(silver, LatestState):
+            key = silver.rename.get(record.key, record.key)
+            state = TableSpec(
+                name=silver.table,
+                description=f"Current state per {key} from its winning event.",
+                schema=_state_schema(record, silver),
+                zorder_by=silver.zorder_by or (key,),
+                properties=CHANGE_FEED,
+                allow_full_refresh=silver.allow_full_refresh,
+            )
+            return [state, quarantine]
+        if isinstance(silver, History):
+            history = TableSpec(
+                name=silver.table,
+                description=f"Every version of each {record.key}, valid_from..valid_to.",
+                schema=_history_schema(record, silver),
+                zorder_by=(record.key,),
+                properties=CHANGE_FEED,
+                allow_full_refresh=silver.allow_full_refresh,
+            )
+            changes = TableSpec(
+                name=silver.changes,
+                description=f"Every valid event once, the history of each {record.key} is "
+                "derived from.",
+                schema=_events_schema(record),
+                zorder_by=(record.key,),
+                allow_full_refresh=silver.allow_full_refresh,
+            )
+            return [history, quarantine, changes]
+        events = TableSpec(
+            name=silver.table,
+            description="Every valid event once.",
+            schema=_events_schema(record),
+            zorder_by=silver.zorder_by or (record.event_id,),
+            properties=CHANGE_FEED,
+            allow_full_refresh=silver.allow_full_refresh,
+        )
+        return [events, quarantine]
+
+    @property
+    def kafka_subscription(self) -> KafkaSubscription | None:
+        """The declared topics (None: the declaration names none)."""
+        source = self.source
+        if source is None or not (source.kafka_topics or source.kafka_topic_pattern):
+            return None
+        return source.kafka
+
+    @property
+    def landing(self) -> str:
+        assert self.source is not None, f"{self.name} has no source"
+        return self.source.landing
 
     def table(self, name: str) -> TableSpec:
         for spec in self.tables:
@@ -310,24 +789,19 @@ class PipelineSpec:
         for spec in self.streams:
             if spec.layer == layer:
                 return spec
-        raise KeyError(f"{self.name} has no {layer!r} stream")
+        raise KeyError(f"{self.name} has no {layer!r} layer")
 
     @property
     def layers(self) -> tuple[Layer, ...]:
         return tuple(s.layer for s in self.streams)
 
     def consumers_of(self, table: str) -> tuple[StreamSpec, ...]:
-        """Streams that read ``table``: their checkpoints pin the versions VACUUM must keep."""
+        """This pipeline's streams that read ``table`` (see ``Registry.consumers_of`` for
+        all pipelines')."""
         return tuple(s for s in self.streams if table in s.sources)
 
-    def downstream_of(self, stream: StreamSpec) -> list[StreamSpec]:
-        """Every stream that reads what ``stream`` writes, directly or further down."""
-        found: list[StreamSpec] = []
-        frontier = list(stream.targets)
-        while frontier:
-            table = frontier.pop(0)
-            for consumer in self.consumers_of(table):
-                if consumer not in found and consumer != stream:
-                    found.append(consumer)
-                    frontier.extend(consumer.targets)
-        return found
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Tables of other pipelines this one reads."""
+        own = {t.name for t in self.tables}
+        return tuple(dict.fromkeys(t for s in self.streams for t in s.sources if t not in own))

@@ -32,7 +32,7 @@ from lakehouse.backups import (
 )
 from lakehouse.checkpoints import DeltaPosition, txn_problem
 from lakehouse.errors import CheckpointInconsistent
-from lakehouse.specs import StreamSpec
+from lakehouse.specs import PipelineSpec, StreamSpec
 from lakehouse.submit import running_code_version
 
 
@@ -43,7 +43,7 @@ def _package_version(name: str) -> str:
         return "unknown"
 
 
-def stream_state(ctx: ActionContext, stream: StreamSpec) -> StreamBackup:
+def stream_state(ctx: ActionContext, pipeline: PipelineSpec, stream: StreamSpec) -> StreamBackup:
     """What ``stream``'s checkpoint must agree with, checked against the invariant."""
     checkpoint = ctx.checkpoint(stream)
     batches = checkpoint.log()
@@ -58,7 +58,7 @@ def stream_state(ctx: ActionContext, stream: StreamSpec) -> StreamBackup:
         txn = state.txn_versions.get(batches.query_id)
         problem = txn_problem(table, txn, batches.last_commit, batches.last_offsets)
         if problem:
-            raise CheckpointInconsistent(f"{ctx.pipeline.name}.{stream.layer}: {problem}.")
+            raise CheckpointInconsistent(f"{stream.name}: {problem}.")
         sinks.append(SinkState(table, state.table_id, state.version, txn))
     entry = checkpoint.resume_offsets(batches)
     sources: list[SourceState] = []
@@ -68,14 +68,14 @@ def stream_state(ctx: ActionContext, stream: StreamSpec) -> StreamBackup:
         position = DeltaPosition.from_offset(offset)
         if position and position.reservoir_id != source.table_id:
             raise CheckpointInconsistent(
-                f"{ctx.pipeline.name}.{stream.layer} reads table id {position.reservoir_id}, "
+                f"{stream.name} reads table id {position.reservoir_id}, "
                 f"but {table} is now {source.table_id}: it was recreated."
             )
         sources.append(
             SourceState("delta", table, source.table_id, source.version, position=offset)
         )
     if not stream.sources:
-        kind = str(ctx.settings.pipeline(ctx.pipeline).source)
+        kind = str(ctx.settings.pipeline(pipeline).source)
         sources.append(SourceState(kind, position=entry.source(0) if entry else None))
     return StreamBackup(
         layer=stream.layer,
@@ -89,9 +89,9 @@ def stream_state(ctx: ActionContext, stream: StreamSpec) -> StreamBackup:
     )
 
 
-def backup_checkpoints(ctx: ActionContext, keep_backups: int) -> Outcome:
-    """Copy every checkpoint of the pipeline with its manifest; keep the newest N backups."""
-    spark, pipeline = ctx.spark, ctx.pipeline
+def backup_checkpoints(ctx: ActionContext, pipeline: PipelineSpec, keep_backups: int) -> Outcome:
+    """Copy every checkpoint of ``pipeline`` with its manifest; keep the newest N backups."""
+    spark = ctx.spark
     root = ctx.path(backups_root(pipeline.name))
     targets = [t for stream in pipeline.streams for t in stream.targets]
     with ctx.locked(targets) as waited_s:
@@ -103,7 +103,7 @@ def backup_checkpoints(ctx: ActionContext, keep_backups: int) -> Outcome:
             checkpoint = ctx.path(stream.checkpoint)
             if ctx.checkpoint(stream).query_id() is None:
                 continue  # never ran: nothing to back up
-            state = stream_state(ctx, stream)
+            state = stream_state(ctx, pipeline, stream)
             copy = f"{partial}/{stream.checkpoint}"
             storage.copy_tree(spark, checkpoint, copy)
             files = storage.list_tree(spark, copy)

@@ -17,8 +17,9 @@ from jobs.runtime import JobRun, RunRecord
 from jobs.storage import HadoopStorage
 from lakehouse.checkpoints import Checkpoint
 from lakehouse.locks import table_locks
+from lakehouse.registry import Registry
 from lakehouse.settings import Settings
-from lakehouse.specs import PipelineSpec, StreamSpec
+from lakehouse.specs import StreamSpec
 
 log = logging.getLogger("lakehouse.maintenance")
 
@@ -27,11 +28,12 @@ Outcome = tuple[str, dict[str, Any]]  # (status, details)
 
 @dataclass
 class ActionContext:
-    """What an action may touch. ``dry_run``: measure and report, change nothing."""
+    """What an action may touch: every pipeline of the registry. ``dry_run``: measure and
+    report, change nothing."""
 
     spark: SparkSession
     settings: Settings
-    pipeline: PipelineSpec
+    registry: Registry
     job: JobRun
     dry_run: bool = False
     # When the current action held which write locks (for its run-log row).
@@ -39,7 +41,7 @@ class ActionContext:
 
     @property
     def owner(self) -> str:
-        return f"{self.pipeline.name}.maintenance run {self.job.args.run_id}"
+        return f"maintenance run {self.job.args.run_id}"
 
     def path(self, relative: str) -> str:
         return self.settings.path(relative)
@@ -66,9 +68,12 @@ class ActionContext:
                     }
                 )
 
-    def act(self, action: str, layer: str, what: str, work: Callable[[], Outcome]) -> RunRecord:
+    def act(
+        self, action: str, pipeline: str, layer: str, what: str, work: Callable[[], Outcome]
+    ) -> RunRecord:
         """Run one action, log one line and one run-log row for it, whatever happens."""
         record = self.job.new_record(layer, action)
+        record.pipeline = pipeline
         self.lock_windows = []
         try:
             record.status, record.details = work()

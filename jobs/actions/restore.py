@@ -54,7 +54,7 @@ from lakehouse.backups import (
 )
 from lakehouse.checkpoints import DeltaPosition, parse_query_id, txn_problem
 from lakehouse.errors import CheckpointInconsistent, InvalidRunParams, RestoreInProgress
-from lakehouse.specs import StreamSpec
+from lakehouse.specs import PipelineSpec, StreamSpec
 from lakehouse.submit import running_code_version
 
 log = logging.getLogger("lakehouse.restore")
@@ -63,13 +63,13 @@ log = logging.getLogger("lakehouse.restore")
 # -- restore ----------------------------------------------------------------------------------
 
 
-def load_manifest(ctx: ActionContext, backup_id: str) -> BackupManifest:
+def load_manifest(ctx: ActionContext, pipeline: PipelineSpec, backup_id: str) -> BackupManifest:
     spark = ctx.spark
-    root = ctx.path(backups_root(ctx.pipeline.name))
+    root = ctx.path(backups_root(pipeline.name))
     ids = sorted(n for n in storage.list_names(spark, root) if is_backup_id(n))
     if backup_id == "latest":
         if not ids:
-            raise InvalidRunParams(f"there is no backup of {ctx.pipeline.name} yet.")
+            raise InvalidRunParams(f"there is no backup of {pipeline.name} yet.")
         backup_id = ids[-1]
     if backup_id not in ids:
         known = ", ".join(ids[-5:]) or "none"
@@ -183,20 +183,25 @@ def source_problems(ctx: ActionContext, source: SourceState, stream: StreamSpec)
     return []
 
 
-def restore_checkpoint(ctx: ActionContext, layer: str, backup_id: str) -> Outcome:
-    """Restore ``layer``'s checkpoint and tables from a backup, resetting what is downstream."""
-    spark, settings, pipeline = ctx.spark, ctx.settings, ctx.pipeline
+def restore_checkpoint(
+    ctx: ActionContext, pipeline: PipelineSpec, layer: str, backup_id: str
+) -> Outcome:
+    """Restore ``layer``'s checkpoint and tables from a backup, resetting what is downstream
+    (in this pipeline and in the pipelines that read its tables)."""
+    spark, settings = ctx.spark, ctx.settings
     if layer not in pipeline.layers:
         raise InvalidRunParams(f"layer {layer!r} is not one of {', '.join(pipeline.layers)}.")
     stream = pipeline.stream(layer)
-    manifest = load_manifest(ctx, backup_id)
+    manifest = load_manifest(ctx, pipeline, backup_id)
     entry = manifest.streams.get(layer)
     if entry is None:
         raise CheckpointInconsistent(
             f"backup {manifest.backup_id} holds no {layer} checkpoint (it had not run)."
         )
-    downstream = pipeline.downstream_of(stream)
-    frozen = [t for s in downstream for t in s.targets if not pipeline.table(t).allow_full_refresh]
+    downstream = ctx.registry.downstream_of(stream)
+    frozen = [
+        t for s in downstream for t in s.targets if not ctx.registry.table(t).allow_full_refresh
+    ]
     if frozen:
         raise CheckpointInconsistent(
             f"restoring {layer} would reset {frozen}, which may not be rebuilt "
@@ -239,7 +244,7 @@ def restore_checkpoint(ctx: ActionContext, layer: str, backup_id: str) -> Outcom
                 }
                 for s in entry.sinks
             },
-            "reset": [s.layer for s in downstream],
+            "reset": [s.name for s in downstream],
             "query_id": plan.query_id,
             "backup_query_id": entry.query_id,
             "backup_code_version": manifest.code_version,
@@ -262,7 +267,7 @@ def restore_checkpoint(ctx: ActionContext, layer: str, backup_id: str) -> Outcom
         storage.delete(spark, marker)
         details["reason"] = (
             f"restored {what}"
-            + (f"; reset {', '.join(s.layer for s in downstream)}" if downstream else "")
+            + (f"; reset {', '.join(s.name for s in downstream)}" if downstream else "")
             + "; the next pipeline run catches up"
         )
         return "succeeded", details

@@ -57,7 +57,7 @@ def vacuum(ctx: ActionContext, spec: TableSpec, retention_hours: int) -> Outcome
         )
         needs = [
             stream_need(ctx, stream, spec.name, state, commits)
-            for stream in ctx.pipeline.consumers_of(spec.name)
+            for stream in ctx.registry.consumers_of(spec.name)
         ]
         now = datetime.now(UTC)
         decision = plan_vacuum(
@@ -110,7 +110,7 @@ def stream_need(
 ) -> StreamNeed:
     """The oldest version of ``table`` that ``stream`` will still read, from its checkpoint
     (its offsets hold one position per source, in the order of ``stream.sources``)."""
-    name = f"{ctx.pipeline.name}.{stream.layer}"
+    name = stream.name
     entry = ctx.checkpoint(stream).resume_offsets()
     if entry is None:
         return StreamNeed(name, state.version)

@@ -1,10 +1,8 @@
-"""One Airflow Asset per lakehouse table, defined once from the table registry."""
+"""One Airflow Asset per lakehouse table, named from the table's name."""
 
 from __future__ import annotations
 
 from airflow.sdk import Asset
-
-from lakehouse.pipelines import PIPELINES, RUN_LOG
 
 
 def table_asset(table: str) -> Asset:
@@ -14,10 +12,3 @@ def table_asset(table: str) -> Asset:
         uri=f"lakehouse://{table}",
         group="lakehouse",
     )
-
-
-TABLE_ASSETS: dict[str, Asset] = {
-    spec.name: table_asset(spec.name)
-    for pipeline in PIPELINES.values()
-    for spec in (*pipeline.tables, RUN_LOG)
-}

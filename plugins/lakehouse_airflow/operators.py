@@ -41,9 +41,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from lakehouse import errors
 from lakehouse.kafka.access import ACCESS_FILE_ENV, KafkaAccess
-from lakehouse.maintenance import maintained_tables
 from lakehouse.params import Action, MaintenanceParams, RestoreParams, RunParams
-from lakehouse.pipelines import get_pipeline
+from lakehouse.registry import get_pipeline, registry
 from lakehouse.settings import Settings, SourceKind
 from lakehouse.submit import LOCAL_MASTER, job_submit_spec
 from lakehouse_airflow.run_params import effective_params
@@ -90,7 +89,7 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
     Parameters
     ----------
     pipeline, job
-        The pipeline (see ``lakehouse.pipelines``) and the job module under ``jobs/``.
+        The pipeline (see ``lakehouse.registry``) and the job module under ``jobs/``.
     job_args
         Extra arguments for the job (templated).
 
@@ -206,7 +205,11 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
         if summary is None:
             raise AirflowException(f"{self.what} finished without a summary.")
         self.log.info("%s", self.summary_line(summary))
+        self.annotate_outlets(context, summary)
         return summary
+
+    def annotate_outlets(self, context: Context, summary: dict[str, Any]) -> None:
+        """Put what the job wrote on the asset events of this task's outlets."""
 
 
 class LakehouseJobOperator(LakehouseSubmitOperator):
@@ -305,6 +308,23 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
             report.check_ms,
         )
 
+    def annotate_outlets(self, context: Context, summary: dict[str, Any]) -> None:
+        """Each table asset's event carries the table's version after this run (and the run
+        log's run id): a pipeline that Airflow schedules on these assets knows what it was
+        started for."""
+        versions = (summary.get("details") or {}).get("table_versions") or {}
+        events = context.get("outlet_events")
+        if events is None:
+            return
+        for asset in self.outlets or []:
+            table = str(getattr(asset, "uri", "")).removeprefix("lakehouse://")
+            if table in versions:
+                events[asset].extra = {
+                    "table": table,
+                    "version": versions[table],
+                    "run_id": summary.get("run_id"),
+                }
+
     def summary_line(self, summary: dict[str, Any]) -> str:
         return (
             f"{self.what}: {summary.get('rows_in')} rows in, {summary.get('rows_out')} out, "
@@ -325,10 +345,10 @@ class MaintenanceJobOperator(LakehouseSubmitOperator):
 
     ACTIONS = (*(str(a) for a in Action), "restore")
 
-    def __init__(self, *, pipeline: str, action: str, **kwargs: Any) -> None:
+    def __init__(self, *, action: str, pipeline: str = "all", **kwargs: Any) -> None:
         if action not in self.ACTIONS:
             raise ValueError(f"action {action!r} is not one of {self.ACTIONS}")
-        kwargs.setdefault("name", f"lakehouse-{pipeline}-{action}")
+        kwargs.setdefault("name", f"lakehouse-{action}")
         super().__init__(pipeline=pipeline, job="maintenance", **kwargs)
         self.action = action
 
@@ -339,11 +359,11 @@ class MaintenanceJobOperator(LakehouseSubmitOperator):
     def params_args(self, context: Context, settings: Settings) -> list[str]:
         raw = dict(context["params"])
         if self.action == "restore":
-            return restore_args(context, raw, settings)
+            args = restore_args(context, raw, settings)
+            self.pipeline = str(raw.get("pipeline"))  # the job's --pipeline
+            return args
         params: MaintenanceParams = MaintenanceParams.parse(raw)
-        params.check_against(
-            maintained_tables(get_pipeline(self.pipeline)), settings.vacuum_floor_hours
-        )
+        params.check_against(registry(settings).tables, settings.vacuum_floor_hours)
         if self.action not in params.actions:
             raise AirflowSkipException(f"{self.action} is not among this run's actions")
         return params.only(Action(self.action)).job_args()
@@ -369,6 +389,12 @@ def restore_args(context: Context, raw: dict[str, Any], settings: Settings) -> l
             f"(LAKEHOUSE_RESTORE_ADMINS); this run was triggered by {user or 'nobody'}."
         )
     params: RestoreParams = RestoreParams.parse(raw)
+    pipeline = registry(settings).get(params.pipeline)
+    if params.layer not in pipeline.layers:
+        raise errors.InvalidRunParams(
+            f"{pipeline.name} has no {params.layer} layer; its layers: "
+            f"{', '.join(pipeline.layers)}."
+        )
     args = ["--restore", str(params.layer), "--backup-id", params.backup_id]
     return [*args, "--dry-run"] if params.dry_run else args
 

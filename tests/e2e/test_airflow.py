@@ -1,6 +1,6 @@
-"""End to end: Airflow runs orders_pipeline with spark-submit, locally and on the standalone
-cluster; spark-submit drivers killed mid-batch recover exactly once; misconfiguration stops a
-run with a named error."""
+"""End to end: Airflow runs the example pipelines with spark-submit, locally and on the
+standalone cluster; a new pipeline is one file; spark-submit drivers killed mid-batch recover
+exactly once; misconfiguration stops a run with a named error."""
 
 from __future__ import annotations
 
@@ -15,15 +15,22 @@ from pathlib import Path
 import pytest
 
 from lakehouse.local.env import subprocess_env
+from lakehouse.sample_customers import CustomerEventGenerator
 from lakehouse.sample_data import OrderEventGenerator, render_file
 from lakehouse.settings import Settings
 from lakehouse.submit import job_submit_spec
 from tests.lake import Lake
 from tests.oracle import comparable, expected_tables, split_records
+from tests.oracle_customers import (
+    comparable_customers,
+    expected_customers,
+    expected_segment_sales,
+)
+from tests.readme import readme_example
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow]
 
-_SUMMARY = re.compile(r"orders\.(bronze|silver|gold): (\d+) rows in, (\d+) out, (\d+) quarantined")
+_SUMMARY = re.compile(r"(\w+)\.(bronze|silver|gold): (\d+) rows in, (\d+) out, (\d+) quarantined")
 
 
 def project_settings() -> Settings:
@@ -38,27 +45,34 @@ def airflow(lake: Lake, *args: str, **env: str) -> subprocess.CompletedProcess[s
     )
 
 
-def dags_test(lake: Lake, **env: str) -> dict[str, tuple[int, int, int]]:
-    """Run the whole DAG once; returns each layer's (rows in, out, quarantined)."""
-    result = airflow(lake, "dags", "test", "orders_pipeline", **env)
+def dags_test(lake: Lake, pipeline: str = "orders", **env: str) -> dict[str, tuple[int, int, int]]:
+    """Run the pipeline's whole DAG once; returns each layer's (rows in, out, quarantined)."""
+    result = airflow(lake, "dags", "test", f"{pipeline}_pipeline", **env)
     output = result.stdout + result.stderr
     assert result.returncode == 0 and "state=success" in output, output[-6000:]
-    return {m[0]: (int(m[1]), int(m[2]), int(m[3])) for m in _SUMMARY.findall(output)}
+    return {m[1]: (int(m[2]), int(m[3]), int(m[4])) for m in _SUMMARY.findall(output)}
 
 
-def deliver(lake: Lake, lines: list[bytes], seed: int) -> list[bytes]:
+def deliver(lake: Lake, lines: list[bytes], seed: int, pipeline: str = "orders") -> list[bytes]:
     content = render_file(lines, random.Random(seed))
-    lake.land(content)
+    lake.land(content, pipeline=pipeline)
     return split_records(content)
 
 
 def check_runs(lake: Lake, runs: int = 2, **env: str) -> None:
-    """``runs`` (1 or 2) whole DAG runs with a delivery before each; the contract after each."""
-    generator = OrderEventGenerator(seed=31)
-    delivered = deliver(lake, generator.batch(150), seed=1)
-    first = dags_test(lake, **env)
+    """``runs`` (1 or 2) runs of the three example pipelines through Airflow, customers, then
+    orders, then segment sales, with a delivery before each; both contracts after each."""
+    orders, customers = OrderEventGenerator(seed=31), CustomerEventGenerator(seed=31)
+    delivered = deliver(lake, orders.batch(150), seed=1)
+    delivered_c = deliver(lake, customers.initial_load() + customers.batch(100), 1, "customers")
+    dags_test(lake, "customers", **env)
+    first = dags_test(lake, "orders", **env)
+    dags_test(lake, "segment_sales", **env)
     expected = expected_tables(delivered)
     assert lake.contract_view() == comparable(expected)
+    expected_c = expected_customers(delivered_c)
+    sales = expected_segment_sales(expected.silver, expected_c.history)
+    assert lake.customers_view(True) == comparable_customers(expected_c, sales)
     n_quarantined = sum(expected.quarantine.values())
     # Bronze reads lines (blank ones included) and writes records.
     assert first["bronze"][1] == len(delivered) <= first["bronze"][0]
@@ -66,26 +80,58 @@ def check_runs(lake: Lake, runs: int = 2, **env: str) -> None:
     if runs == 1:
         return
 
-    new = deliver(lake, generator.batch(80) + generator.flush_late(), seed=2)
-    second = dags_test(lake, **env)
+    new = deliver(lake, orders.batch(80) + orders.flush_late(), seed=2)
+    delivered_c += deliver(lake, customers.batch(60) + customers.flush_late(), 2, "customers")
+    dags_test(lake, "customers", **env)
+    second = dags_test(lake, "orders", **env)
+    dags_test(lake, "segment_sales", **env)
     assert second["bronze"][1] == len(new), "the second run reads only the new file"
-    assert lake.contract_view() == comparable(expected_tables(delivered + new))
+    expected = expected_tables(delivered + new)
+    assert lake.contract_view() == comparable(expected)
+    expected_c = expected_customers(delivered_c)
+    sales = expected_segment_sales(expected.silver, expected_c.history)
+    assert lake.customers_view(True) == comparable_customers(expected_c, sales)
 
 
-def test_airflow_runs_the_pipeline_on_local_spark(lake: Lake) -> None:
+def test_airflow_runs_the_pipelines_on_local_spark(lake: Lake) -> None:
     check_runs(lake, 2)
     masters = {row[0] for row in lake.rows("ops/run_log", ["spark_master"])}
     assert masters == {"local[*]"}
 
 
 @pytest.mark.cluster
-def test_airflow_runs_the_pipeline_on_the_standalone_cluster(
+def test_airflow_runs_the_pipelines_on_the_standalone_cluster(
     lake: Lake, spark_cluster: str
 ) -> None:
     # One run: the second run's incremental read is the same code, checked on local Spark.
     check_runs(lake, 1, LAKEHOUSE_SPARK_MASTER=spark_cluster)
     masters = {row[0] for row in lake.rows("ops/run_log", ["spark_master"])}
     assert masters == {spark_cluster}
+
+
+def test_a_new_pipeline_is_one_file(lake: Lake, tmp_path: Path) -> None:
+    """The README's example declaration, alone in a pipelines folder, runs through Airflow:
+    nothing else had to change for it."""
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    (folder / "page_views.py").write_text(readme_example("page_views.py"))
+    lake.land(
+        [
+            b'{"event_id": "v1", "page": "/home", "viewed_at": "2026-11-02T10:00:00Z"}',
+            b'{"event_id": "v1", "page": "/home", "viewed_at": "2026-11-02T10:00:00Z"}',
+            b'{"event_id": "v2", "page": "/cart", "viewed_at": "2026-11-02T11:00:00Z"}',
+            b'{"event_id": "v3", "page": "/cart", "viewed_at": "soon"}',
+        ],
+        pipeline="page_views",
+    )
+    listed = airflow(lake, "dags", "list", "-o", "plain", LAKEHOUSE_PIPELINES_DIR=str(folder))
+    assert "page_views_pipeline" in listed.stdout and "orders_pipeline" not in listed.stdout
+    runs = dags_test(lake, "page_views", LAKEHOUSE_PIPELINES_DIR=str(folder))
+    assert runs["silver"] == (4, 2, 1)  # two valid (one of them twice), one quarantined
+    assert sorted(lake.rows("gold/page_views_daily", ["page", "views"])) == [
+        ("/cart", 1),
+        ("/home", 1),
+    ]
 
 
 def submit(lake: Lake, layer: str, **env: str) -> subprocess.Popen[str]:

@@ -245,7 +245,7 @@ def test_backup_more_runs_restore_and_rerun_hold_the_contract(lake: Lake) -> Non
     code, summary = maintain(lake, "--restore", "silver", "--backup-id", "latest")
     assert code == 0, summary
     restored = actions(summary, "restore")["orders.silver"]["details"]
-    assert restored["resumed"] and restored["reset"] == ["gold"]
+    assert restored["resumed"] and restored["reset"] == ["orders.gold", "segment_sales.gold"]
     assert (
         restored["tables"]["silver/orders"]["to_version"]
         == silver_sinks["silver/orders"]["version"]

@@ -4,15 +4,15 @@ bad parameters are refused before anything changes."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
 from lakehouse.errors import InvalidRunParams
 from lakehouse.local.report import read_rows
 from lakehouse.params import RunParams
-from lakehouse.pipelines import ORDERS
+from lakehouse.registry import get_pipeline
 from lakehouse.sample_data import OrderEventGenerator, render_file
-from lakehouse.specs import PipelineSpec, TableSpec
 from tests.lake import Lake
 from tests.oracle import comparable, expected_tables, split_records
 
@@ -146,20 +146,12 @@ def test_bad_params_are_refused_and_change_nothing(
 
 
 def test_full_refresh_is_refused_for_tables_that_forbid_it() -> None:
-    frozen = TableSpec(
-        name="silver/orders",
-        schema=ORDERS.table("silver/orders").schema,
-        allow_full_refresh=False,
-    )
-    pipeline = PipelineSpec(
-        **{
-            **{f: getattr(ORDERS, f) for f in ORDERS.__dataclass_fields__},
-            "tables": tuple(frozen if t.name == frozen.name else t for t in ORDERS.tables),
-        }
-    )
+    orders = get_pipeline("orders")
+    assert orders.silver is not None
+    pipeline = replace(orders, silver=replace(orders.silver, allow_full_refresh=False))
     params = RunParams.parse({"mode": "full_refresh"})
     with pytest.raises(InvalidRunParams, match=r"not allowed for silver/orders"):
         params.check_against(pipeline)
-    RunParams.parse({"mode": "full_refresh"}).check_against(ORDERS)  # allowed by default
+    RunParams.parse({"mode": "full_refresh"}).check_against(orders)  # allowed by default
     # Bronze is declared allow_full_refresh=False; a refresh never rebuilds it.
-    assert not ORDERS.table("bronze/orders_events").allow_full_refresh
+    assert not orders.table("bronze/orders_events").allow_full_refresh

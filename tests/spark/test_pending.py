@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from lakehouse.params import RunParams
 from lakehouse.pending import dry_run_report, pending_input
-from lakehouse.pipelines import ORDERS
+from lakehouse.registry import get_pipeline
 from lakehouse.sample_data import OrderEventGenerator
 from tests.lake import Lake
+
+ORDERS = get_pipeline("orders")
 
 
 def test_pending_input_follows_the_checkpoints(lake: Lake) -> None:

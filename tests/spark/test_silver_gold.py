@@ -9,7 +9,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from jobs.transforms import GOLD_TRANSFORMS
+from lakehouse.registry import get_pipeline
 from tests.lake import Lake
 from tests.oracle import GOLD_COLUMNS, comparable, expected_tables
 
@@ -88,7 +88,8 @@ def test_exact_ties_resolve_the_same_in_any_order(lake: Lake, tmp_path: Path) ->
 
 
 def test_gold_follows_late_and_updated_events(lake: Lake) -> None:
-    transform = GOLD_TRANSFORMS["orders_sales_hourly"]
+    gold = get_pipeline("orders").gold
+    assert gold is not None and gold.function is not None
     batches = [
         [
             event("G1", "g1", "2026-11-02T10:05:00Z", "placed", total="10.10"),
@@ -143,7 +144,9 @@ def test_gold_follows_late_and_updated_events(lake: Lake) -> None:
         deliver_and_run(lake, lines, ("bronze", "silver", "gold"))
         recomputed = {
             (r[0], r[1]): tuple(r)
-            for r in transform.full(lake.table("silver/orders")).select(*GOLD_COLUMNS).collect()
+            for r in gold.function({"orders": lake.table("silver/orders")})
+            .select(*GOLD_COLUMNS)
+            .collect()
         }
         assert lake.gold() == recomputed
         assert lake.contract_view() == comparable(expected_tables(delivered))

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from jobs.transforms import filter_not_blank, with_raw_record
 from jobs.validation import with_validation
-from lakehouse.pipelines import ORDERS
+from lakehouse.registry import get_pipeline
 from tests.oracle import split_records, validate
 
 BASE = {
@@ -26,6 +26,8 @@ BASE = {
     "total": 12.5,
 }
 DROP = object()
+
+ORDERS = get_pipeline("orders")
 
 
 def rec(**changes: object) -> bytes:

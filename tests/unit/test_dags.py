@@ -12,6 +12,9 @@ import pytest
 from tests import PROJECT_DIR
 
 DAG_FILES = sorted((PROJECT_DIR / "dags").glob("*.py"))
+# The one file that makes a DAG per declared pipeline; every other file makes one DAG.
+GENERATOR = PROJECT_DIR / "dags" / "pipelines.py"
+PIPELINE_DAGS = ("orders_pipeline", "customers_pipeline", "segment_sales_pipeline")
 HEAVY_MODULES = ("pyspark", "delta", "deltalake", "pandas", "pyarrow", "confluent_kafka")
 
 
@@ -31,9 +34,19 @@ def test_no_import_errors(dagbag) -> None:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("path", DAG_FILES, ids=lambda p: p.name)
 def test_dag_policy(path: Path, dagbag) -> None:  # type: ignore[no-untyped-def]
     dags = [d for d in dagbag.dags.values() if Path(d.fileloc).resolve() == path.resolve()]
-    assert len(dags) == 1, f"{path.name} must define exactly one DAG"
-    dag = dags[0]
-    assert dag.dag_id == path.stem, f"{path.name}: dag_id {dag.dag_id!r} must equal the file stem"
+    if path == GENERATOR:
+        assert sorted(d.dag_id for d in dags) == sorted(PIPELINE_DAGS)
+        for dag in dags:  # each names the declaration it comes from
+            name = dag.dag_id.removesuffix("_pipeline")
+            assert f"pipelines/{name}.py" in dag.doc_md, dag.dag_id
+    else:
+        assert len(dags) == 1, f"{path.name} must define exactly one DAG"
+        assert dags[0].dag_id == path.stem, f"{path.name}: dag_id must equal the file stem"
+    for dag in dags:
+        check_policy(path, dag)
+
+
+def check_policy(path: Path, dag) -> None:  # type: ignore[no-untyped-def]
     assert dag.tags, f"{path.name}: tag the DAG"
     assert dag.doc_md and len(dag.doc_md) > 100, f"{path.name}: doc_md explains the DAG"
     assert dag.catchup is False, f"{path.name}: catchup must be off"
@@ -59,12 +72,31 @@ def test_dag_files_import_nothing_heavy() -> None:
     assert json.loads(result.stdout.strip().splitlines()[-1]) == []
 
 
-def test_orders_pipeline_shape(dagbag) -> None:  # type: ignore[no-untyped-def]
-    dag = dagbag.dags["orders_pipeline"]
-    order = {t.task_id: sorted(t.upstream_task_ids) for t in dag.tasks}
-    assert order == {"plan": [], "bronze": ["plan"], "silver": ["bronze"], "gold": ["silver"]}
-    outlets = {t.task_id: sorted(a.name for a in t.outlets) for t in dag.tasks}
+def test_pipeline_dags_follow_their_declarations(dagbag) -> None:  # type: ignore[no-untyped-def]
+    def order(dag_id: str) -> dict[str, list[str]]:
+        return {t.task_id: sorted(t.upstream_task_ids) for t in dagbag.dags[dag_id].tasks}
+
+    assert order("orders_pipeline") == {
+        "plan": [],
+        "bronze": ["plan"],
+        "silver": ["bronze"],
+        "gold": ["silver"],
+    }
+    assert order("customers_pipeline") == {"plan": [], "bronze": ["plan"], "silver": ["bronze"]}
+    assert order("segment_sales_pipeline") == {"plan": [], "gold": ["plan"]}
+    outlets = {
+        t.task_id: sorted(a.name for a in t.outlets) for t in dagbag.dags["orders_pipeline"].tasks
+    }
     assert outlets["silver"] == ["lakehouse.silver.orders", "lakehouse.silver.orders_quarantine"]
+    # Segment sales runs when either silver table it reads changes: Airflow assets.
+    timetable = dagbag.dags["segment_sales_pipeline"].timetable
+    assert type(timetable).__name__ == "AssetTriggeredTimetable"
+    watched = sorted(a.name for a in timetable.asset_condition.objects)
+    assert watched == ["lakehouse.silver.customers_history", "lakehouse.silver.orders"]
+    # A gold-only pipeline's form has no Kafka or landing-file params, and one layer.
+    params = dagbag.dags["segment_sales_pipeline"].params
+    assert "kafka_replay_from" not in params and "max_files_per_trigger" not in params
+    assert params["layers"] == ["gold"]
 
 
 @pytest.mark.parametrize(

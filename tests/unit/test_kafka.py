@@ -15,9 +15,11 @@ from lakehouse.fs import LocalStorage
 from lakehouse.kafka import offsets
 from lakehouse.kafka.access import KafkaAccess
 from lakehouse.kafka.offsets import ReplayRange, Watermarks
-from lakehouse.pipelines import ORDERS
+from lakehouse.registry import get_pipeline
 from lakehouse.settings import Settings
 from lakehouse.specs import KafkaSubscription
+
+ORDERS = get_pipeline("orders")
 
 
 def test_a_replay_plan_stays_below_the_checkpoint_and_refuses_what_may_be_gone() -> None:

@@ -22,14 +22,13 @@ from lakehouse.maintenance import (
     OptimizePolicy,
     PartitionHealth,
     StreamNeed,
-    maintained_tables,
     parse_interval_hours,
     partition_predicate,
     plan_optimize,
     plan_vacuum,
 )
 from lakehouse.params import MaintenanceParams
-from lakehouse.pipelines import ORDERS
+from lakehouse.registry import get_pipeline, registry
 from lakehouse.settings import Settings
 
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
@@ -55,7 +54,8 @@ def test_an_interval_that_is_not_one_is_refused() -> None:
         parse_interval_hours("a fortnight")
 
 
-TABLES = maintained_tables(ORDERS)
+ORDERS = get_pipeline("orders")
+TABLES = registry().tables
 
 
 def test_params_default_to_everything_with_a_week_of_retention() -> None:
@@ -232,11 +232,13 @@ def test_a_table_ahead_of_its_checkpoint_is_inconsistent() -> None:
 def test_backups_keep_the_newest_and_downstream_follows_the_registry() -> None:
     ids = [new_backup_id(NOW + timedelta(minutes=i)) for i in range(5)]
     assert backups_to_drop([*ids, ".x.partial", "replaced"], keep=3) == ids[:2]
-    assert [s.layer for s in ORDERS.downstream_of(ORDERS.stream("bronze"))] == [
-        "silver",
-        "gold",
+    lakehouse = registry()
+    assert [s.name for s in lakehouse.downstream_of(ORDERS.stream("bronze"))] == [
+        "orders.silver",
+        "orders.gold",
+        "segment_sales.gold",  # another pipeline's gold reads silver/orders
     ]
-    assert ORDERS.downstream_of(ORDERS.stream("gold")) == []
+    assert lakehouse.downstream_of(ORDERS.stream("gold")) == []
 
 
 def test_a_manifest_survives_its_json() -> None:

@@ -1,10 +1,11 @@
 """``lakehouse maintain|backups|restore``: maintenance from a shell, without Airflow.
 
-lakehouse maintain [--actions optimize,vacuum,backup] [--retention-hours 168] [--dry-run] ...
-lakehouse backups                      the checkpoint backups and what each one holds
-lakehouse restore LAYER [--backup-id ID|latest] [--check]
+lakehouse maintain [--pipeline P] [--actions optimize,vacuum,backup] [--retention-hours 168] ...
+lakehouse backups [PIPELINE]           the checkpoint backups and what each one holds
+lakehouse restore PIPELINE LAYER [--backup-id ID|latest] [--check]
 
-``maintain`` and ``restore`` submit ``jobs/maintenance.py`` with spark-submit, to the master
+``maintain`` (every pipeline unless ``--pipeline`` names one) and ``restore`` submit
+``jobs/maintenance.py`` with spark-submit, to the master
 the settings name (``LAKEHOUSE_SPARK_MASTER``, local Spark when unset), exactly as the
 ``lakehouse_maintenance`` and ``lakehouse_restore`` DAGs do; their exit code is the job's
 (0 done, 1 failed, 2 refused with a named error). ``restore --check`` runs every check and
@@ -20,27 +21,25 @@ from datetime import UTC, datetime
 
 from lakehouse.backups import MANIFEST, BackupManifest, backups_root, is_backup_id
 from lakehouse.local.env import subprocess_env
-from lakehouse.pipelines import ORDERS
+from lakehouse.registry import registry
 from lakehouse.settings import Settings
 from lakehouse.submit import LOCAL_MASTER, job_submit_spec
 
 
-def submit(settings: Settings, args: list[str]) -> int:
+def submit(settings: Settings, pipeline: str, args: list[str]) -> int:
     """Run ``jobs/maintenance.py`` with spark-submit; its output goes to this terminal."""
     run_id = f"cli__{datetime.now(UTC):%Y%m%dT%H%M%S}"
-    spec = job_submit_spec(
-        settings, ORDERS.name, "maintenance", run_id=run_id, extra_args=tuple(args)
-    )
+    spec = job_submit_spec(settings, pipeline, "maintenance", run_id=run_id, extra_args=tuple(args))
     command = spec.argv(settings.spark_master or LOCAL_MASTER)
     return subprocess.run(command, env=subprocess_env(settings), check=False).returncode
 
 
-def list_backups(settings: Settings) -> str:
-    folder = settings.local_path(backups_root(ORDERS.name))
+def list_backups(settings: Settings, pipeline: str) -> str:
+    folder = settings.local_path(backups_root(pipeline))
     ids = sorted((p.name for p in folder.glob("*") if is_backup_id(p.name)), reverse=True)
     if not ids:
-        return f"no checkpoint backups under {folder}"
-    lines = [f"Checkpoint backups under {folder} (newest first)"]
+        return f"no checkpoint backups of {pipeline} under {folder}"
+    lines = [f"Checkpoint backups of {pipeline} under {folder} (newest first)"]
     for backup_id in ids:
         manifest = BackupManifest.from_json((folder / backup_id / MANIFEST).read_text())
         tables = ", ".join(
@@ -60,17 +59,23 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_env()
     command, rest = argv[0], argv[1:]
     if command == "maintain":
-        return submit(settings, rest)
+        parser = argparse.ArgumentParser(prog="lakehouse maintain", add_help=False)
+        parser.add_argument("--pipeline", default="all")
+        known, other = parser.parse_known_args(rest)
+        return submit(settings, known.pipeline, other)
+    pipelines = sorted(registry(settings).pipelines)
     if command == "backups":
-        print(list_backups(settings))
+        chosen = rest[:1] or pipelines
+        print("\n".join(list_backups(settings, name) for name in chosen))
         return 0
     parser = argparse.ArgumentParser(prog="lakehouse restore")
-    parser.add_argument("layer", choices=ORDERS.layers)
+    parser.add_argument("pipeline", choices=pipelines)
+    parser.add_argument("layer", choices=["bronze", "silver", "gold"])
     parser.add_argument("--backup-id", default="latest")
     parser.add_argument("--check", action="store_true", help="run the checks; change nothing")
     ns = parser.parse_args(rest)
     args = ["--restore", ns.layer, "--backup-id", ns.backup_id]
-    return submit(settings, [*args, "--dry-run"] if ns.check else args)
+    return submit(settings, ns.pipeline, [*args, "--dry-run"] if ns.check else args)
 
 
 if __name__ == "__main__":

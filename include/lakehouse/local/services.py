@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lakehouse.errors import ConfigurationError, LakehouseError, S3Error
-from lakehouse.jars import jar_dir, jar_files
+from lakehouse.jars import jar_dir, jar_files, resolve_all
 from lakehouse.local import seaweedfs
 from lakehouse.local.env import subprocess_env
 from lakehouse.preflight import java_executable
@@ -490,6 +490,8 @@ def _s3_bucket_writable(server: S3Server) -> None:
 
 
 def s3_processes(settings: Settings) -> list[Process]:
+    # Spark reaches the server through s3a: its jars come with the server.
+    resolve_all(settings, ("s3",))
     server = s3_server(settings)
     weed = seaweedfs.weed_binary(settings)
     # One folder per port, as for Kafka: the filer and volume servers record their address.

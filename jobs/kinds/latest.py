@@ -1,0 +1,56 @@
+"""Latest state: one row per key from its winning event (the greatest ordering tuple)."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from jobs.delta_writes import dml_transaction, last_commit_metrics, replace_scope
+from jobs.runtime import JobContext
+from jobs.transforms import StateShape, latest_per_key, newer_condition, with_state_columns
+
+
+class LatestKind:
+    def __init__(self, ctx: JobContext, app_id: str) -> None:
+        assert ctx.pipeline.record is not None and ctx.pipeline.silver is not None
+        self.ctx, self.app_id = ctx, app_id
+        self.record = ctx.pipeline.record
+        self.shape = StateShape.of(ctx.pipeline)
+        self.location = ctx.path(ctx.pipeline.silver.table)
+
+    def winners(self, events_df: DataFrame) -> DataFrame:
+        return latest_per_key(with_state_columns(events_df, self.record, self.shape), self.shape)
+
+    def merge_batch(self, events_df: DataFrame, batch_id: int) -> None:
+        """MERGE the batch's winners, replacing a row only when the incoming event is newer:
+        a late or repeated event never overwrites a newer one."""
+        from delta.tables import DeltaTable
+
+        spark = events_df.sparkSession
+        key = self.shape.key
+        with dml_transaction(spark, self.app_id, batch_id):
+            (
+                DeltaTable.forPath(spark, self.location)
+                .alias("t")
+                .merge(self.winners(events_df).alias("s"), f"t.{key} = s.{key}")
+                .whenMatchedUpdateAll(condition=newer_condition(self.shape))
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+
+    def rederive(self, events_df: DataFrame, keys_df: DataFrame | None) -> dict[str, int]:
+        state_df = self.winners(events_df)
+        if keys_df is None:
+            state_df.write.format("delta").mode("overwrite").save(self.location)
+            return {"rows": self.ctx.spark.read.format("delta").load(self.location).count()}
+        keys_df = keys_df.select(F.col(keys_df.columns[0]).alias(self.shape.key))
+        changed = replace_scope(
+            state_df, self.location, keys_df, (self.shape.key,), (self.shape.key,)
+        )
+        merged = last_commit_metrics(self.ctx.spark, self.location) if changed else {}
+        return {
+            "keys_in_window": keys_df.count(),
+            "rows_updated": int(merged.get("numTargetRowsUpdated", 0)),
+            "rows_inserted": int(merged.get("numTargetRowsInserted", 0)),
+            "rows_deleted": int(merged.get("numTargetRowsDeleted", 0)),
+        }
