@@ -269,7 +269,7 @@ def test_only_restore_admins_may_trigger_a_restore() -> None:
     from lakehouse_airflow.operators import restore_args
 
     settings = Settings.from_env({"LAKEHOUSE_RESTORE_ADMINS": "admin, ops-lead"})
-    params = {"layer": "silver", "backup_id": "latest", "dry_run": False}
+    params = {"pipeline": "orders", "layer": "silver", "backup_id": "latest", "dry_run": False}
     context = {"dag_run": SimpleNamespace(triggering_user_name="ops-lead")}
     assert restore_args(context, params, settings) == [  # type: ignore[arg-type]
         "--restore",
