@@ -47,9 +47,17 @@ demo: setup ## Sample data, two orders_pipeline runs through Airflow, a summary 
 test: setup browser ## The whole test suite (starts the Kafka broker, Spark cluster and S3 server it needs)
 	@GO="$(GO)" $(PY) -m pytest $(PYTEST_ARGS)
 
+.PHONY: test-kill
+test-kill: setup ## The kill matrix, 20 seeded rounds (make test runs 2)
+	@LAKEHOUSE_KILL_ROUNDS=$${LAKEHOUSE_KILL_ROUNDS:-20} $(PY) -m pytest tests/e2e/test_kill_matrix.py -q $(PYTEST_ARGS)
+
 .PHONY: test-fast
 test-fast: $(STAMP) ## The unit tests only: no JVM, no service (tests/unit, about a minute)
 	@$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
+
+.PHONY: bench
+bench: setup ## Benchmarks B1-B6 as ratios against baselines of the same run (BENCH_ARGS="--events 100000")
+	@$(PY) -m lakehouse.local.bench $(BENCH_ARGS)
 
 .PHONY: browser
 browser: ## Debian's chromium for the UI test (apt-get, once; needs root)

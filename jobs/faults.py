@@ -3,8 +3,10 @@
 ``LAKEHOUSE_FAULT=<point>[:kill]`` makes ``inject(<point>)`` raise ``InjectedFault`` (or, with
 ``:kill``, SIGKILL the whole process group, driver JVM and Python alike, as a lost machine
 would: start the job in its own session). Unset, ``inject`` is a dictionary lookup.
-Points: ``silver.after_quarantine``, ``silver.after_merge``, ``gold.after_merge``,
-``restore.before_checkpoint`` (a restore that dies half-way).
+Points: ``silver.after_quarantine``, ``silver.after_merge``, ``silver.after_changes`` (a
+history's changes written, not its versions), ``silver.rederive.after_changes``,
+``silver.rederive.after_silver`` (a reprocess or full refresh between its writes),
+``gold.after_merge``, ``restore.before_checkpoint`` (a restore that dies half-way).
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from jobs import storage
 from jobs.delta_writes import table_version
+from jobs.guards import check_checkpoint
 from jobs.session import build_spark
 from jobs.tables import ensure_table
 from lakehouse.backups import restore_marker
@@ -474,6 +475,7 @@ def run_layer(
             # A restore holds these locks while it works; one that died leaves its marker.
             upstream = pipelines.upstream_of(pipeline)
             check_no_restore_in_progress(spark, settings, pipeline.name, *upstream)
+            check_checkpoint(spark, settings, stream, params)
             t0 = time.monotonic()
             result = body(ctx)
         record.status = "succeeded"

@@ -20,6 +20,7 @@ Run by ``spark-submit jobs/silver.py --pipeline orders``.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -30,7 +31,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from jobs import faults
+from jobs import faults, storage
 from jobs.delta_writes import append_once
 from jobs.kinds import SilverKind, kind_for
 from jobs.runtime import JobContext, StreamResult, checkpoint_query_id, run_layer, run_stream
@@ -175,6 +176,7 @@ def rederive(
         stats: dict[str, Any] = dict(
             kind.rederive(marked_df.where(F.col(VALID_COL) & ~F.col(_DROPPED)), keys_df)
         )
+        faults.inject("silver.rederive.after_silver")
         invalid_df = marked_df if window is None else marked_df.where(in_window)
         quarantine_df = to_quarantine(invalid_df, pipeline)
         writer = quarantine_df.write.format("delta").mode("overwrite")
@@ -196,6 +198,40 @@ def rederive(
     return stats
 
 
+def _marker(ctx: JobContext) -> str:
+    """Present while silver is being re-derived: the writes of a re-derivation (the kind's
+    tables, then the quarantine) are not one commit, so a run that dies between them leaves
+    this, and the next run of the layer does the same re-derivation again first (it is
+    idempotent) before anything else."""
+    return ctx.path(f"_runs/{ctx.pipeline.name}.silver.rederive.json")
+
+
+def rederive_marked(
+    ctx: JobContext, kind: SilverKind, window: tuple[datetime, datetime] | None
+) -> dict[str, Any]:
+    marker = _marker(ctx)
+    spec = {
+        "window": [t.isoformat() for t in window] if window else None,
+        "run_id": ctx.args.run_id,
+    }
+    storage.write_text(ctx.spark, marker, json.dumps(spec), overwrite=True)
+    stats = rederive(ctx, kind, window)
+    storage.delete(ctx.spark, marker)
+    return stats
+
+
+def unfinished_rederive(ctx: JobContext) -> tuple[bool, tuple[datetime, datetime] | None]:
+    """Whether a re-derivation was left unfinished, and its window (None: all of bronze)."""
+    text = storage.read_text(ctx.spark, _marker(ctx))
+    if text is None:
+        return False, None
+    window = json.loads(text)["window"]
+    if window is None:
+        return True, None
+    start, end = (datetime.fromisoformat(t) for t in window)
+    return True, (start, end)
+
+
 def body(ctx: JobContext) -> StreamResult:
     pipeline = ctx.pipeline
     source = pipeline.table(ctx.stream.sources[0])
@@ -213,13 +249,17 @@ def body(ctx: JobContext) -> StreamResult:
         r.name: {"action": r.action, "records": ctx.counters.expectations[r.name]}
         for r in pipeline.expectations
     }
+    unfinished, earlier = unfinished_rederive(ctx)
+    if unfinished:
+        log.warning("an earlier re-derivation did not finish; doing it again first")
+        result.details["completed_rederive"] = rederive_marked(ctx, kind, earlier)
     params = ctx.params
     if params.mode == Mode.REPROCESS:
         assert params.reprocess_from and params.reprocess_to
         window = (params.reprocess_from, params.reprocess_to)
-        result.details["reprocess"] = rederive(ctx, kind, window)
+        result.details["reprocess"] = rederive_marked(ctx, kind, window)
     elif params.mode == Mode.FULL_REFRESH:
-        result.details["full_refresh"] = rederive(ctx, kind, None)
+        result.details["full_refresh"] = rederive_marked(ctx, kind, None)
     return result
 
 

@@ -114,6 +114,39 @@ class CheckpointInconsistent(LakehouseError):
     )
 
 
+class CheckpointBehindTable(CheckpointInconsistent):
+    """The table holds a micro-batch its writer's checkpoint never planned (``T > O``): the
+    checkpoint lost entries (a partial copy, a hand restore), and a run would re-plan batches
+    the table skips as done, losing their data."""
+
+    hint = (
+        "Nothing was written. Restore the layer from a checkpoint backup (`lakehouse restore "
+        "<pipeline> <layer>`, or the lakehouse_restore DAG), which puts checkpoint and tables "
+        "back together; for silver or gold, mode=full_refresh rebuilds them instead."
+    )
+
+
+class CheckpointMissing(CheckpointInconsistent):
+    """A table has data but the checkpoint of the stream that writes it is gone: a new
+    checkpoint would read its whole source again (bronze would append everything twice)."""
+
+    hint = (
+        "Nothing was written. Restore the checkpoint from a backup (`lakehouse restore "
+        "<pipeline> <layer>`); for silver or gold, a run with mode=full_refresh rebuilds the "
+        "tables from their source and starts a new checkpoint. Never delete a checkpoint."
+    )
+
+
+class CheckpointForeign(CheckpointInconsistent):
+    """The checkpoint's query id is not among the writers the table has seen: it was copied
+    from another root or put back by hand."""
+
+    hint = (
+        "Nothing was written. Put the right checkpoint back (restore from this root's backups "
+        "with `lakehouse restore`), or rebuild silver or gold with mode=full_refresh."
+    )
+
+
 class RetentionBelowFloor(LakehouseError):
     hint = (
         "Ask for a retention at or above the floor. The floor (LAKEHOUSE_VACUUM_FLOOR_HOURS) "

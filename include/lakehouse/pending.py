@@ -1,21 +1,28 @@
 """What a layer would read if it ran now, worked out without a JVM.
 
 Reads the stream's checkpoint (``lakehouse.checkpoints``: the files a file source took; the
-last committed offset of a Delta source) and the source itself (the landing folder; the
-Delta log, through delta-rs) and says what is new since the last committed micro-batch. The
-``dry_run`` param uses it to say what a run would do; it is also the basis for skipping Spark
-when nothing arrived.
+last committed offsets of Kafka or Delta sources) and the source itself (the landing folder;
+the brokers' latest offsets; the Delta log, through delta-rs) and says what is new since the
+last committed micro-batch. The ``dry_run`` param uses it to say what a run would do, and a
+scheduled run skips a layer with nothing new without starting Spark (``Pending.nothing``).
+
+A micro-batch that was planned but never committed (a killed run) is always something to do:
+the next run finishes it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lakehouse.checkpoints import Checkpoint, DeltaPosition
 from lakehouse.fs import Storage, normalize_location, storage_for
 from lakehouse.params import Mode, RunParams
 from lakehouse.settings import Settings, SourceKind
 from lakehouse.specs import Layer, PipelineSpec
+
+if TYPE_CHECKING:
+    from lakehouse.kafka.access import KafkaAccess
 
 # Commits that change no data: a stream reading the table skips them.
 _NO_DATA_OPERATIONS = ("OPTIMIZE", "VACUUM START", "VACUUM END")
@@ -33,7 +40,9 @@ class Pending:
         return self.items == 0
 
 
-def _delta_pending(settings: Settings, layer: str, source: str, checkpoint: Checkpoint) -> Pending:
+def _delta_pending(
+    settings: Settings, layer: str, source: str, checkpoint: Checkpoint, index: int = 0
+) -> Pending:
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -43,7 +52,7 @@ def _delta_pending(settings: Settings, layer: str, source: str, checkpoint: Chec
         return Pending(layer, 0, 0, f"{source} does not exist yet: nothing to read")
     latest = table.version()
     committed = checkpoint.committed_offsets()
-    position = DeltaPosition.from_offset(committed.source(0) if committed else None)
+    position = DeltaPosition.from_offset(committed.source(index) if committed else None)
     if position is None:
         import pyarrow as pa
 
@@ -59,6 +68,8 @@ def _delta_pending(settings: Settings, layer: str, source: str, checkpoint: Chec
         for h in versions
         if h.get("operation") not in _NO_DATA_OPERATIONS
     )
+    if not rows and all(h.get("operation") in _NO_DATA_OPERATIONS for h in versions):
+        return Pending(layer, 0, 0, f"nothing new in {source} since version {start - 1}")
     if not versions:
         return Pending(layer, 0, 0, f"nothing new in {source} since version {start - 1}")
     return Pending(
@@ -89,15 +100,59 @@ def _landing_pending(
     return Pending(layer, len(new), None, f"{len(new)} new landing files ({size:,} bytes)")
 
 
-def pending_input(settings: Settings, pipeline: PipelineSpec, layer: str) -> Pending:
+def _kafka_pending(
+    settings: Settings,
+    pipeline: PipelineSpec,
+    layer: str,
+    checkpoint: Checkpoint,
+    access: KafkaAccess,
+) -> Pending:
+    """Records on the brokers after the checkpoint (the pre-flight check's backlog)."""
+    from lakehouse.kafka.brokers import check_offsets
+    from lakehouse.kafka.offsets import checkpoint_offsets
+
+    topics = settings.pipeline(pipeline).subscription
+    report = check_offsets(access, topics, checkpoint_offsets(checkpoint), accept_data_loss=True)
+    return Pending(
+        layer,
+        report.backlog,
+        report.backlog,
+        f"{report.backlog:,} new records on {report.partitions} Kafka partition(s)",
+    )
+
+
+def pending_input(
+    settings: Settings, pipeline: PipelineSpec, layer: str, kafka: KafkaAccess | None = None
+) -> Pending:
+    """What ``layer`` of ``pipeline`` would read now. A Kafka source is asked only when
+    ``kafka`` (how to reach it) is given; without it the answer is "checked by the job"."""
     stream = pipeline.stream(layer)
     storage = storage_for(settings)
     checkpoint = Checkpoint(storage, settings.path(stream.checkpoint))
+    log = checkpoint.log()
+    if log.last_offsets is not None and log.last_offsets != log.last_commit:
+        return Pending(
+            layer, 1, None, f"micro-batch {log.last_offsets} to finish (never committed)"
+        )
     if stream.sources:
-        return _delta_pending(settings, layer, stream.sources[0], checkpoint)
+        found = [
+            _delta_pending(settings, layer, source, checkpoint, index)
+            for index, source in enumerate(stream.sources)
+        ]
+        if len(found) == 1:
+            return found[0]
+        rows = [p.rows for p in found]
+        return Pending(
+            layer,
+            sum(p.items for p in found),
+            None if None in rows else sum(r or 0 for r in rows),
+            "; ".join(p.description for p in found),
+        )
     source = settings.pipeline(pipeline).source
-    if source != SourceKind.FILE:
-        return Pending(layer, 0, None, f"{source} source: checked by the job")
+    if source == SourceKind.KAFKA:
+        if kafka is None:
+            return Pending(layer, 1, None, "kafka source: checked by the job")
+        return _kafka_pending(settings, pipeline, layer, checkpoint, kafka)
     return _landing_pending(settings, pipeline, layer, storage, checkpoint)
 
 

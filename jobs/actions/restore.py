@@ -39,6 +39,7 @@ from jobs.delta_state import (
     missing_files,
     table_state,
 )
+from jobs.storage import HadoopStorage
 from jobs.tables import quote_path
 from lakehouse.backups import (
     MANIFEST,
@@ -52,8 +53,11 @@ from lakehouse.backups import (
     new_backup_id,
     restore_marker,
 )
-from lakehouse.checkpoints import DeltaPosition, parse_query_id, txn_problem
+from lakehouse.checkpoints import Checkpoint, DeltaPosition, parse_query_id, txn_problem
 from lakehouse.errors import CheckpointInconsistent, InvalidRunParams, RestoreInProgress
+from lakehouse.kafka.access import KafkaAccess
+from lakehouse.kafka.brokers import broker_offsets
+from lakehouse.kafka.offsets import lost_offsets, parse_kafka_offsets
 from lakehouse.specs import PipelineSpec, StreamSpec
 from lakehouse.submit import running_code_version
 
@@ -135,15 +139,48 @@ def restore_problems(
                 "VACUUM removed since the backup"
             )
     for source in entry.sources:
-        problems += source_problems(ctx, source, stream)
+        if source.kind == "file":
+            problems += landing_problems(ctx, copy, stream)
+        elif source.kind == "kafka":
+            problems += kafka_problems(ctx, source, stream)
+        else:
+            problems += source_problems(ctx, source, stream)
     return problems
+
+
+def landing_problems(ctx: ActionContext, copy: str, stream: StreamSpec) -> list[str]:
+    """Landing files bronze read after the backup: the restored checkpoint reads them again,
+    so each must still be there (else its records would be lost from bronze)."""
+    storage_ = HadoopStorage(ctx.spark)
+    live = Checkpoint(storage_, ctx.path(stream.checkpoint)).files_read()
+    restored = Checkpoint(storage_, copy).files_read()
+    gone = sorted(f for f in live - restored if not storage.exists(ctx.spark, f))
+    if gone:
+        return [
+            f"{len(gone)} landing file(s) bronze read after the backup are gone (e.g. "
+            f"{gone[0]}): the restored {stream.name} would lose their records"
+        ]
+    return []
+
+
+def kafka_problems(ctx: ActionContext, source: SourceState, stream: StreamSpec) -> list[str]:
+    """Kafka records the restored checkpoint would read again that the brokers no longer
+    hold (retention, a topic recreated)."""
+    if not source.position:
+        return []
+    pipeline = ctx.registry.get(stream.pipeline)
+    access = KafkaAccess.for_job(ctx.settings)
+    topics = ctx.settings.pipeline(pipeline).subscription
+    start = parse_kafka_offsets(source.position, "the backup's offsets")
+    lost = lost_offsets(start, broker_offsets(access, topics))
+    return [f"Kafka no longer holds what the restored {stream.name} would read: {x}" for x in lost]
 
 
 def source_problems(ctx: ActionContext, source: SourceState, stream: StreamSpec) -> list[str]:
     """Versions and files of a Delta source the restored checkpoint would read but are gone."""
     position = DeltaPosition.from_offset(source.position)
     if source.kind != "delta" or position is None or source.table is None:
-        return []  # files and Kafka: the landing files stay; Kafka retention is the broker's
+        return []
     spark = ctx.spark
     location = ctx.path(source.table)
     if not is_delta_table(spark, location):
@@ -294,10 +331,14 @@ def restore_table(spark: SparkSession, location: str, to_version: int) -> None:
 def seed_transaction(
     spark: SparkSession, location: str, sink: SinkState, entry: StreamBackup, query_id: str
 ) -> None:
-    """Record for the new query id a batch the table held at backup time but the checkpoint
-    had not committed (``T == C + 1``), so its replay is skipped as it would have been."""
+    """Make the new query id a known writer of the table, at the batch the checkpoint goes
+    on from: its last committed batch, or a batch the table held at backup time but the
+    checkpoint had not committed (``T == C + 1``), so that its replay is skipped as it would
+    have been. The next run's consistency guard then recognises the checkpoint."""
     committed = -1 if entry.last_commit is None else entry.last_commit
-    if sink.txn_version is None or sink.txn_version <= committed:
+    version = max(committed, -1 if sink.txn_version is None else sink.txn_version)
+    state = table_state(spark, location)
+    if version < 0 or state.txn_versions.get(query_id, -1) >= version:
         return
     # An empty append is the one public way to commit a transaction id alone.
     empty_df = spark.read.format("delta").load(location).limit(0)
@@ -305,7 +346,7 @@ def seed_transaction(
         empty_df.write.format("delta")
         .mode("append")
         .option("txnAppId", query_id)
-        .option("txnVersion", sink.txn_version)
+        .option("txnVersion", version)
         .save(location)
     )
 

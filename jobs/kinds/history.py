@@ -74,6 +74,7 @@ class HistoryKind:
             return {"events": rows_df.count(), "versions": versions}
         keys_df = keys_df.select(F.col(keys_df.columns[0]).alias(key))
         replace_scope(rows_df, self.changes_location, keys_df, (key,), (self.record.event_id,))
+        faults.inject("silver.rederive.after_changes")
         versions_df = history_of(rows_df, self.record, self.history)
         replace_scope(versions_df, self.history_location, keys_df, (key,), (key, "valid_from"))
         return {"keys_in_window": keys_df.count(), "versions_of_those_keys": versions_df.count()}

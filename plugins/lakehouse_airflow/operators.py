@@ -125,6 +125,10 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
         """The job's arguments from the run's params; raise AirflowSkipException to skip."""
         return []
 
+    def before_spark(self, settings: Settings) -> None:
+        """Last checks once the params and the machine are fine; raise AirflowSkipException
+        to skip the task without starting Spark."""
+
     def job_env(self, settings: Settings, scratch: Path) -> dict[str, str]:
         """Environment for the job; ``scratch`` is a private folder deleted after the task."""
         return {}
@@ -160,6 +164,7 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
             params_args = self.params_args(context, settings)
             preflight.java_executable()
             preflight.check_root_writable(settings)
+            self.before_spark(settings)
         except errors.LakehouseError as exc:
             raise _failure(exc) from None
         with tempfile.TemporaryDirectory(prefix="lakehouse-") as tmp:
@@ -231,14 +236,20 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
         self.layer = layer
         self.kafka_conn_id = kafka_conn_id
         self._params = RunParams()
+        self._run_id = ""
 
     def params_args(self, context: Context, settings: Settings) -> list[str]:
         params = self._params = effective_params(context, get_pipeline(self.pipeline))
+        self._run_id = str(context["run_id"])
         if self.layer not in params.layers:
             raise AirflowSkipException(f"{self.layer} is not among this run's layers")
         if params.dry_run:
             raise AirflowSkipException("dry run: the plan task says what this layer would do")
         return params.job_args(self.layer)
+
+    def before_spark(self, settings: Settings) -> None:
+        if not self._reads_kafka(settings):  # Kafka sources decide once connected (job_env)
+            self._skip_if_idle(settings, self._params)
 
     def job_env(self, settings: Settings, scratch: Path) -> dict[str, str]:
         if not self._reads_kafka(settings):
@@ -247,8 +258,41 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
         access = self._kafka_access(settings)
         access.write(access_file)
         self._check_kafka(settings, access, self._params)
+        self._skip_if_idle(settings, self._params, access)
         # The path only: the job reads the settings from the file.
         return {ACCESS_FILE_ENV: str(access_file)}
+
+    def _skip_if_idle(
+        self, settings: Settings, params: RunParams, kafka: KafkaAccess | None = None
+    ) -> None:
+        """Skip the layer, without starting a JVM, when its input has nothing new since its
+        checkpoint's last commit (an incremental run; every other mode does work). The
+        decision is a run-log row too, written with delta-rs."""
+        from lakehouse.params import Mode
+        from lakehouse.pending import pending_input
+        from lakehouse.runlog import append_row, now
+
+        if params.mode != Mode.INCREMENTAL or params.accept_data_loss or params.kafka_replay_from:
+            return
+        started = now()
+        pending = pending_input(settings, get_pipeline(self.pipeline), self.layer, kafka)
+        if not pending.nothing:
+            self.log.info("%s: %s", self.what, pending.description)
+            return
+        reason = f"nothing new: {pending.description}"
+        append_row(
+            settings,
+            pipeline=self.pipeline,
+            layer=self.layer,
+            action="stream",
+            run_id=self._run_id,
+            status="skipped",
+            started_at=started,
+            ended_at=now(),
+            rows_in=0,
+            details={"reason": reason, "jvm_started": False},
+        )
+        raise AirflowSkipException(f"{self.what}: {reason}; no JVM started")
 
     def _reads_kafka(self, settings: Settings) -> bool:
         pipeline = get_pipeline(self.pipeline)

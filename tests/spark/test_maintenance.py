@@ -260,3 +260,25 @@ def test_backup_more_runs_restore_and_rerun_hold_the_contract(lake: Lake) -> Non
     assert lake.contract_view() == comparable(expected_tables(delivered))
     logged = lake.rows("ops/run_log", ["action", "status"])
     assert [s for a, s in logged if a == "restore"].count("succeeded") == 1
+
+
+def test_a_restore_that_would_need_a_deleted_landing_file_is_refused(lake: Lake) -> None:
+    orders = OrderEventGenerator(seed=52)
+    deliver(lake, orders, 20, seed=1)
+    run_layers(lake, "bronze", "silver", "gold")
+    code, summary = maintain(lake, "--actions", "backup")
+    assert code == 0, summary
+    deliver(lake, orders, 20, seed=2)
+    run_layers(lake, "bronze")
+    # The file bronze read after the backup is deleted from the landing folder: a restored
+    # bronze checkpoint would never see its records again.
+    newest = max(
+        (lake.root / "landing" / "orders").glob("*.jsonl"), key=lambda p: p.stat().st_mtime
+    )
+    newest.unlink()
+    versions = {t: lake.version(t) for t in TABLES}
+    code, summary = maintain(lake, "--restore", "bronze", "--backup-id", "latest")
+    assert code == 2
+    assert summary["error"].startswith("CheckpointInconsistent: refused to restore orders.bronze")
+    assert "1 landing file(s) bronze read after the backup are gone" in summary["error"]
+    assert {t: lake.version(t) for t in TABLES} == versions

@@ -155,3 +155,24 @@ def test_full_refresh_is_refused_for_tables_that_forbid_it() -> None:
     RunParams.parse({"mode": "full_refresh"}).check_against(orders)  # allowed by default
     # Bronze is declared allow_full_refresh=False; a refresh never rebuilds it.
     assert not orders.table("bronze/orders_events").allow_full_refresh
+
+
+def test_a_reprocess_that_dies_between_its_writes_is_finished_by_the_next_run(
+    loaded: tuple[Lake, list[bytes]],
+) -> None:
+    lake, delivered = loaded
+    expected = comparable(expected_tables(delivered))
+    corrupt(lake)
+    args = ("--mode", "reprocess", "--reprocess-from", DAY1, "--reprocess-to", DAY2)
+    # Silver's state is re-derived, its quarantine is not: the run dies in between.
+    assert lake.run("silver", *args, fault="silver.rederive.after_silver") == 1
+    assert lake.contract_view()["quarantine"] != expected["quarantine"]
+    # The next run, whatever its mode, finishes the re-derivation first.
+    assert lake.run("silver") == 0
+    assert lake.contract_view()["quarantine"] == expected["quarantine"]
+    assert lake.run("gold", *args) == 0
+    view = lake.contract_view()
+    assert view["gold"] == expected["gold"]
+    window = {k: v for k, v in view["silver"].items() if v[10].day == 2}
+    assert window == {k: v for k, v in expected["silver"].items() if v[10].day == 2}
+    assert not (lake.root / "_runs" / "orders.silver.rederive.json").exists()

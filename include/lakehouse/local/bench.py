@@ -1,0 +1,414 @@
+"""``make bench``: the ratios of ``../shared/benchmarks.md``, each against a baseline measured
+in the same run on the same data (these 2-core machines are noisy; absolute seconds mean
+little).
+
+* B1: the whole orders pipeline (bronze, silver, gold; availableNow; fresh) / the same
+  landing files read with a schema and written as Parquet;
+* B2: a run with 1 % new data, (T_inc - T_idle) / (T_full - T_idle); and T_inc with a 10x
+  larger table / T_inc;
+* B3: a query on silver after OPTIMIZE / the same rows written in one commit;
+* B4: an idle scheduled run (nothing new: the skip decision, no JVM) / a bare Spark session
+  start;
+* B5: silver's parse and validation / a plain read of the same records with a schema;
+* B6: silver's MERGE of a micro-batch / a plain append of the same rows;
+
+plus the latency of a small delivery (one new file into a large table) end to end through
+Airflow, and the whole DAG run's time when there is nothing new. Jobs run in-process on one
+Spark session (so B1, B2, B5 and B6 compare work, not JVM starts); B4 and the Airflow figures
+start processes, as a scheduled run does. The table is printed and written as JSON
+(``build/bench/bench.json``; ``--out`` elsewhere).
+
+    python -m lakehouse.local.bench [--events 100000] [--out build/bench/bench.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from lakehouse.local.env import subprocess_env
+from lakehouse.sample_data import OrderEventGenerator, render_file, write_landing_file
+from lakehouse.settings import Settings
+
+# The orders record as a plain Spark schema: what a hand-written batch job would read.
+PLAIN_SCHEMA = (
+    "event_id STRING, order_id STRING, customer_id STRING, event_type STRING, "
+    "order_ts TIMESTAMP, event_ts TIMESTAMP, region STRING, total DECIMAL(18,2), "
+    "items_count BIGINT, currency STRING, product_category STRING"
+)
+
+
+@dataclass
+class Result:
+    id: str
+    what: str
+    candidate_s: float
+    baseline_s: float
+    ratio: float
+    target: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def met(self) -> bool:
+        return self.ratio <= float(self.target.lstrip("<= "))
+
+
+def timed(work: Callable[[], Any], repeat: int = 1) -> float:
+    """The median of ``repeat`` runs of ``work``, in seconds."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+class Lake:
+    """A scratch root with landing files, and the orders layers run in-process on it."""
+
+    def __init__(self, spark: Any, base: Settings, root: Path) -> None:
+        self.spark, self.root = spark, root
+        self.settings = base.with_root(root)
+
+    def land(self, lines: list[bytes], seed: int) -> None:
+        write_landing_file(
+            self.root / "landing" / "orders", render_file(lines, random.Random(seed))
+        )
+
+    def run(self, *layers: str) -> None:
+        from jobs import bronze, gold, silver
+
+        modules = {"bronze": bronze, "silver": silver, "gold": gold}
+        for layer in layers or ("bronze", "silver", "gold"):
+            argv = ["--pipeline", "orders", "--root", str(self.root)]
+            if modules[layer].main(argv) != 0:
+                raise RuntimeError(f"{layer} failed on {self.root}")
+
+    def table(self, name: str) -> Any:
+        return self.spark.read.format("delta").load(self.settings.path(name))
+
+
+def deliveries(events: int, files: int, seed: int) -> list[list[bytes]]:
+    """About ``events`` records in ``files`` deliveries (orders produce 1.6 events each)."""
+    generator = OrderEventGenerator(seed=seed)
+    per_file = max(1, round(events / files / 1.6))
+    return [generator.batch(per_file) for _ in range(files)]
+
+
+def b1_b2(spark: Any, settings: Settings, work: Path, events: int) -> list[Result]:
+    """B1 and the first half of B2, on one lake."""
+    lake = Lake(spark, settings, work / "b1")
+    for i, lines in enumerate(deliveries(events, 10, seed=101)):
+        lake.land(lines, seed=i)
+    landing = str(lake.root / "landing" / "orders")
+
+    def baseline() -> None:
+        out = work / f"b1-baseline-{time.monotonic_ns()}"
+        spark.read.schema(PLAIN_SCHEMA).json(landing).write.parquet(str(out))
+
+    baseline_s = timed(baseline, repeat=2)
+    full_s = timed(lake.run)
+    idle_s = timed(lake.run)
+    extra = OrderEventGenerator(seed=102).batch(max(1, round(events * 0.01 / 1.6)))
+    lake.land(extra, seed=99)
+    inc_s = timed(lake.run)
+    b1 = Result(
+        "B1",
+        "whole pipeline / read+parse+write Parquet",
+        full_s,
+        baseline_s,
+        full_s / baseline_s,
+        "<= 1.3",
+    )
+    b2 = Result(
+        "B2a",
+        "1 % new: (inc - idle) / (full - idle)",
+        inc_s - idle_s,
+        full_s - idle_s,
+        (inc_s - idle_s) / max(1e-9, full_s - idle_s),
+        "<= 0.02",
+        {"full_s": full_s, "idle_s": idle_s, "inc_s": inc_s, "events": events},
+    )
+    return [b1, b2]
+
+
+def b2_large(spark: Any, settings: Settings, work: Path, events: int) -> Result:
+    """T_inc on a 10x larger table against T_inc on the base table (same delivery size)."""
+    delivery = max(1, round(events * 0.01 / 1.6))
+    times = {}
+    for scale in (1, 10):
+        lake = Lake(spark, settings, work / f"b2-{scale}")
+        for i, lines in enumerate(deliveries(events * scale, 10, seed=200 + scale)):
+            lake.land(lines, seed=i)
+        lake.run()
+        lake.land(OrderEventGenerator(seed=300 + scale).batch(delivery), seed=7)
+        times[scale] = timed(lake.run)
+        shutil.rmtree(lake.root, ignore_errors=True)
+    return Result(
+        "B2b",
+        "same delivery into a 10x larger table / into the base table",
+        times[10],
+        times[1],
+        times[10] / times[1],
+        "<= 1.1",
+        {"base_events": events, "large_events": events * 10},
+    )
+
+
+def b3(spark: Any, settings: Settings, work: Path, events: int) -> Result:
+    """A query on silver after OPTIMIZE against the same rows in one commit."""
+    lake = Lake(spark, settings, work / "b3")
+    for i, lines in enumerate(deliveries(events, 20, seed=301)):
+        lake.land(lines, seed=i)
+        lake.run("bronze", "silver")
+    spark.sql(f"OPTIMIZE delta.`{lake.settings.path('silver/orders')}` ZORDER BY (order_id)")
+    silver = lake.table("silver/orders")
+    one_commit = str(work / "b3-one-commit")
+    silver.write.format("delta").save(one_commit)
+    some_id = silver.select("order_id").orderBy("order_id").limit(1).collect()[0][0]
+
+    def query(location: str) -> Callable[[], None]:
+        def run() -> None:
+            df = spark.read.format("delta").load(location)
+            df.where("region = 'eu-west'").groupBy("status").count().collect()
+            df.where(f"order_id = '{some_id}'").collect()
+
+        return run
+
+    optimized_s = timed(query(lake.settings.path("silver/orders")), repeat=7)
+    fresh_s = timed(query(one_commit), repeat=7)
+    return Result(
+        "B3",
+        "query after OPTIMIZE / rows in one commit",
+        optimized_s,
+        fresh_s,
+        optimized_s / fresh_s,
+        "<= 1.1",
+    )
+
+
+def b5(spark: Any, settings: Settings, work: Path, events: int) -> Result:
+    """Silver's parse and validation against a plain read with a schema, same records."""
+    from pyspark.sql import functions as F
+
+    from jobs.validation import VALID_COL, with_validation
+    from lakehouse.registry import get_pipeline
+
+    record = get_pipeline("orders", settings).record
+    assert record is not None
+    lines = [line for batch in deliveries(events, 1, seed=501) for line in batch]
+    text = work / "b5.jsonl"
+    text.write_bytes(b"\n".join(lines) + b"\n")
+    raw_df = (
+        spark.read.text(str(text))
+        .select(F.col("value").alias("raw_value"), F.lit(None).cast("binary").alias("raw_bytes"))
+        .cache()
+    )
+    raw_df.count()
+
+    def validation() -> None:
+        with_validation(raw_df, record).agg(F.count_if(F.col(VALID_COL))).collect()
+
+    def plain() -> None:
+        spark.read.schema(PLAIN_SCHEMA).json(str(text)).agg(F.count("event_id")).collect()
+
+    validation_s, plain_s = timed(validation, repeat=3), timed(plain, repeat=3)
+    raw_df.unpersist()
+    return Result(
+        "B5",
+        "parse + validation / plain read with a schema",
+        validation_s,
+        plain_s,
+        validation_s / plain_s,
+        "<= 1.15",
+    )
+
+
+def b6(spark: Any, settings: Settings, work: Path, events: int) -> Result:
+    """Silver's MERGE of a micro-batch against a plain append of the same rows."""
+    lake = Lake(spark, settings, work / "b6")
+    for i, lines in enumerate(deliveries(events, 10, seed=601)):
+        lake.land(lines, seed=i)
+    lake.run("bronze", "silver")
+    silver = lake.settings.path("silver/orders")
+    copy = str(work / "b6-append")
+    lake.table("silver/orders").write.format("delta").save(copy)
+    lake.land(OrderEventGenerator(seed=602).batch(max(1, round(events * 0.05 / 1.6))), seed=3)
+    lake.run("bronze")
+    version = int(spark.sql(f"DESCRIBE HISTORY delta.`{silver}` LIMIT 1").collect()[0]["version"])
+    merge_s = timed(lambda: lake.run("silver"))
+    rows_df = (
+        lake.table("silver/orders")
+        .alias("n")
+        .join(
+            spark.read.format("delta").option("versionAsOf", version).load(silver).alias("o"),
+            "order_id",
+            "left_anti",
+        )
+    )
+    changed = rows_df.count()
+    append_s = timed(lambda: rows_df.write.format("delta").mode("append").save(copy))
+    return Result(
+        "B6",
+        "silver run (validate + MERGE) / plain append of its rows",
+        merge_s,
+        append_s,
+        merge_s / append_s,
+        "<= 1.5",
+        {"rows": changed},
+    )
+
+
+def b4(settings: Settings, work: Path) -> Result:
+    """An idle run's decision (every layer: what is new, a run-log row) against a bare Spark
+    session start, each in a fresh process as a scheduled task would be."""
+    python = sys.executable
+    env = subprocess_env(settings)
+    session = (
+        "from jobs.session import build_spark; from lakehouse.settings import Settings; "
+        "s = build_spark('bench-bare', Settings.from_env(), master='local[2]'); "
+        "s.range(1).count(); s.stop()"
+    )
+    root = work / "b1"  # a loaded lake with nothing new
+    decision = (
+        "from lakehouse.pending import pending_input; from lakehouse.registry import get_pipeline;"
+        "from lakehouse.runlog import append_row, now; from lakehouse.settings import Settings;"
+        f"s = Settings.from_env().with_root({str(root)!r}); p = get_pipeline('orders', s);"
+        "found = [pending_input(s, p, layer) for layer in p.layers];"
+        "assert all(f.nothing for f in found), found;"
+        "[append_row(s, pipeline='orders', layer=str(l), action='stream', run_id='bench',"
+        " status='skipped', started_at=now(), ended_at=now()) for l in p.layers]"
+    )
+
+    def run(code: str) -> Callable[[], None]:
+        def start() -> None:
+            subprocess.run([python, "-c", code], env=env, check=True, capture_output=True)
+
+        return start
+
+    def import_only() -> None:
+        subprocess.run(
+            [python, "-c", "import lakehouse.pending, lakehouse.runlog"], env=env, check=True
+        )
+
+    bare_s = timed(run(session), repeat=3)
+    idle_s = timed(run(decision), repeat=3)
+    interpreter_s = timed(import_only, repeat=3)
+    work_s = max(0.0, idle_s - interpreter_s)
+    return Result(
+        "B4",
+        "idle run's decision (no JVM) / bare Spark session start",
+        work_s,
+        bare_s,
+        work_s / bare_s,
+        "<= 0.05",
+        {"decision_process_s": idle_s, "python_start_s": interpreter_s},
+    )
+
+
+def airflow_small_run(settings: Settings, work: Path, events: int) -> dict[str, float]:
+    """Through Airflow (``airflow dags test``): a whole run with nothing new, then one new
+    file into a table of ``events`` events."""
+    root = work / "airflow"
+    base = Lake(None, settings, root)
+    for i, lines in enumerate(deliveries(events, 5, seed=701)):
+        base.land(lines, seed=i)
+    env = subprocess_env(settings, LAKEHOUSE_ROOT=str(root))
+
+    def dag() -> None:
+        subprocess.run(
+            ["airflow", "dags", "test", "orders_pipeline"], env=env, check=True, capture_output=True
+        )
+
+    full_s = timed(dag)
+    idle_s = timed(dag)
+    base.land(OrderEventGenerator(seed=702).batch(max(1, round(events * 0.01 / 1.6))), seed=5)
+    small_s = timed(dag)
+    return {"airflow_full_s": full_s, "airflow_idle_s": idle_s, "airflow_small_s": small_s}
+
+
+def render(results: list[Result], extra: dict[str, Any]) -> str:
+    lines = [
+        "| id | candidate / baseline | candidate s | baseline s | ratio | target | met |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.id} | {r.what} | {r.candidate_s:.2f} | {r.baseline_s:.2f} | {r.ratio:.3f} | "
+            f"{r.target} | {'yes' if r.met else 'no'} |"
+        )
+    for key, value in extra.items():
+        lines.append(f"| - | {key} | {value:.2f} | | | | |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make bench")
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--large-events", type=int, default=20_000, help="B2b's base size")
+    parser.add_argument(
+        "--only", default="", help="comma-separated ids (B1,B2b,B3,B4,B5,B6,airflow)"
+    )
+    parser.add_argument("--out", default="build/bench/bench.json")
+    args = parser.parse_args(argv)
+    wanted = {w.strip().lower() for w in args.only.split(",") if w.strip()}
+    settings = Settings.from_env()
+    os.environ.setdefault("LAKEHOUSE_SHUFFLE_PARTITIONS", str(settings.shuffle_partitions))
+
+    from jobs.session import build_spark
+
+    results: list[Result] = []
+    extra: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="lakehouse-bench-") as tmp:
+        work = Path(tmp)
+        spark = build_spark("lakehouse-bench", settings, master="local[*]")
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            ("b1", lambda: results.extend(b1_b2(spark, settings, work, args.events))),
+            ("b5", lambda: results.append(b5(spark, settings, work, args.events))),
+            ("b6", lambda: results.append(b6(spark, settings, work, args.events))),
+            ("b3", lambda: results.append(b3(spark, settings, work, args.events))),
+            ("b2b", lambda: results.append(b2_large(spark, settings, work, args.large_events))),
+            ("b4", lambda: results.append(b4(settings, work))),
+            ("airflow", lambda: extra.update(airflow_small_run(settings, work, args.events))),
+        ]
+        for name, step in steps:
+            if wanted and name not in wanted:
+                continue
+            print(f"bench {name} ...", flush=True)
+            step()
+        spark.stop()
+    table = render(results, extra)
+    print(table)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "measured_at": datetime.now(UTC).isoformat(),
+                "events": args.events,
+                "cores": os.cpu_count(),
+                "results": [r.__dict__ | {"met": r.met} for r in results],
+                "extra": extra,
+            },
+            indent=2,
+        )
+    )
+    print(f"written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

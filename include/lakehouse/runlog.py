@@ -1,0 +1,57 @@
+"""Run-log rows written without Spark, through delta-rs: what a task that decided not to start
+a JVM did (a layer with nothing new to read is skipped, and says so in ``ops/run_log``).
+
+The jobs append their own rows with Spark (``jobs.runtime.append_run_log``); both write the
+same table, whose schema is ``lakehouse.specs.RUN_LOG``. Appends from both sides are blind
+appends, which Delta's optimistic concurrency never refuses.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from lakehouse.settings import Settings
+from lakehouse.specs import RUN_LOG, schema_fields
+
+_ARROW_TYPES = {
+    "STRING": "string",
+    "TIMESTAMP": "timestamp",
+    "DOUBLE": "float64",
+    "BIGINT": "int64",
+    "INT": "int32",
+}
+
+
+def _arrow_schema() -> Any:
+    import pyarrow as pa
+
+    fields = []
+    for name, sql_type in schema_fields(RUN_LOG.schema):
+        kind = _ARROW_TYPES[sql_type.upper()]
+        arrow = pa.timestamp("us", tz="UTC") if kind == "timestamp" else getattr(pa, kind)()
+        fields.append(pa.field(name, arrow))
+    return pa.schema(fields)
+
+
+def append_row(settings: Settings, **values: Any) -> None:
+    """Append one row (columns of ``RUN_LOG``; ``details`` as a dict) with delta-rs."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    row: dict[str, Any] = {name: None for name, _ in schema_fields(RUN_LOG.schema)}
+    unknown = set(values) - set(row)
+    if unknown:
+        raise ValueError(f"not run-log columns: {sorted(unknown)}")
+    row.update(values)
+    row["details"] = json.dumps(values.get("details") or {}, sort_keys=True, default=str)
+    started, ended = row.get("started_at"), row.get("ended_at")
+    if isinstance(started, datetime) and isinstance(ended, datetime):
+        row["duration_s"] = round((ended - started).total_seconds(), 3)
+    table = pa.Table.from_pylist([row], schema=_arrow_schema())
+    write_deltalake(settings.path(RUN_LOG.name), table, mode="append")
+
+
+def now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,85 @@
+"""A checkpoint that does not fit its tables stops the job before it writes anything: damaged
+(it lost its last entries), missing, or from another root. Today's Spark and Delta would run
+on and lose or duplicate data without a word."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from lakehouse.sample_data import OrderEventGenerator, render_file
+from tests.lake import Lake
+from tests.oracle import comparable, expected_tables, split_records
+
+TABLES = ("bronze/orders_events", "silver/orders", "silver/orders_quarantine", "gold/sales_hourly")
+
+
+def deliver(lake: Lake, generator: OrderEventGenerator, orders: int) -> list[bytes]:
+    content = render_file(generator.batch(orders))
+    lake.land(content)
+    return split_records(content)
+
+
+def refused(lake: Lake, layer: str, capfd: pytest.CaptureFixture[str], *args: str) -> str:
+    versions = {t: lake.version(t) for t in TABLES}
+    assert lake.run(layer, *args) == 2
+    assert {t: lake.version(t) for t in TABLES} == versions, "a refused run wrote nothing"
+    return capfd.readouterr().err
+
+
+def test_a_checkpoint_that_lost_its_last_batch_is_refused(
+    lake: Lake, capfd: pytest.CaptureFixture[str]
+) -> None:
+    generator = OrderEventGenerator(seed=71)
+    delivered = deliver(lake, generator, 30)
+    lake.run_all()
+    delivered += deliver(lake, generator, 30)
+    lake.run_all()
+    # The last batch's offsets and commit are lost (a partial copy): the table holds batch 1.
+    checkpoint = lake.root / "_checkpoints" / "silver" / "orders"
+    for folder in ("offsets", "commits"):
+        (checkpoint / folder / "1").unlink()
+    err = refused(lake, "silver", capfd)
+    assert "ERROR [CheckpointBehindTable] orders.silver" in err
+    assert "holds batch 1 of this query but the checkpoint planned batches up to 0" in err
+    # Rebuilding silver from bronze is the way out that needs no backup.
+    assert lake.run("silver", "--mode", "full_refresh") == 0
+    assert lake.run("gold", "--mode", "full_refresh") == 0
+    assert lake.contract_view() == comparable(expected_tables(delivered))
+
+
+def test_a_missing_checkpoint_is_refused_unless_silver_is_rebuilt(
+    lake: Lake, capfd: pytest.CaptureFixture[str]
+) -> None:
+    generator = OrderEventGenerator(seed=72)
+    first = deliver(lake, generator, 40)
+    lake.run_all()
+    for table in ("bronze/orders_events", "silver/orders"):
+        shutil.rmtree(lake.root / "_checkpoints" / table)
+    deliver(lake, generator, 10)
+    err = refused(lake, "bronze", capfd)
+    assert "ERROR [CheckpointMissing] bronze/orders_events has data but the checkpoint" in err
+    err = refused(lake, "silver", capfd)
+    assert "ERROR [CheckpointMissing] silver/orders has data" in err
+    # A new checkpoint would have read the first file again: bronze still has it once.
+    bronze = Counter(r[0] for r in lake.rows("bronze/orders_events", ["raw_value"]))
+    assert bronze == Counter(line.decode("utf-8", errors="replace") for line in first)
+
+
+def test_a_checkpoint_from_another_root_is_refused(
+    lake: Lake, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    other = Lake(lake.spark, lake.settings.with_root(tmp_path / "other"), lake.monkeypatch)
+    for target, seed in ((lake, 73), (other, 74)):
+        deliver(target, OrderEventGenerator(seed=seed), 20)
+        target.run_all()
+    checkpoint = Path("_checkpoints") / "silver" / "orders"
+    shutil.rmtree(lake.root / checkpoint)
+    shutil.copytree(other.root / checkpoint, lake.root / checkpoint)
+    deliver(lake, OrderEventGenerator(seed=75), 5)
+    assert lake.run("bronze") == 0
+    err = refused(lake, "silver", capfd)
+    assert "ERROR [CheckpointForeign] orders.silver" in err
