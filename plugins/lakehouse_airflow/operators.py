@@ -395,8 +395,7 @@ def restore_args(context: Context, raw: dict[str, Any], settings: Settings) -> l
             f"{pipeline.name} has no {params.layer} layer; its layers: "
             f"{', '.join(pipeline.layers)}."
         )
-    args = ["--restore", str(params.layer), "--backup-id", params.backup_id]
-    return [*args, "--dry-run"] if params.dry_run else args
+    return params.job_args()
 
 
 def _read_summary(path: Path) -> dict[str, Any] | None:
