@@ -43,6 +43,13 @@ from lakehouse.locks import table_locks
 from lakehouse.params import RunParams
 from lakehouse.preflight import check_root_writable
 from lakehouse.registry import registry
+from lakehouse.secrets import (
+    MaskingFormatter,
+    mask,
+    remember,
+    remember_environment,
+    secret_values,
+)
 from lakehouse.settings import Settings
 from lakehouse.specs import RUN_LOG, Layer, PipelineSpec, StreamSpec
 
@@ -127,6 +134,8 @@ class RunRecord:
         else:
             self.status, self.error_code = "failed", type(exc).__name__
             self.error = f"{type(exc).__name__}: {str(exc)[:2000]}"
+        # The text goes to the run log and the summary (XCom): never a secret.
+        self.error = mask(self.error)
 
     def summary(self) -> dict[str, Any]:
         data = asdict(self)
@@ -173,13 +182,18 @@ def configure_logging() -> None:
         format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
         force=True,
     )
+    # Whatever a job logs (an exception's text, a traceback) is masked on its way out.
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(
+            MaskingFormatter(handler.formatter._fmt if handler.formatter else None)
+        )
     for noisy in ("py4j", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def refusal(exc: LakehouseError) -> str:
     """Print the one-line refusal the task log ends with; return it for the record."""
-    print(f"ERROR [{exc.code}] {exc}", file=sys.stderr, flush=True)
+    print(f"ERROR [{exc.code}] {mask(str(exc))}", file=sys.stderr, flush=True)
     return f"{exc.code}: {exc}"
 
 
@@ -212,6 +226,9 @@ class JobRun:
         assert self.settings is not None
         check_root_writable(self.settings)
         self.spark = build_spark(app_name, self.settings)
+        # What this job must never write out: secret settings and the S3 key it holds.
+        remember(*secret_values(dict(self.spark.sparkContext.getConf().getAll())))
+        remember_environment()
         return self.spark
 
     def new_record(self, layer: str | None = None, action: str | None = None) -> RunRecord:

@@ -43,8 +43,9 @@ from lakehouse import errors
 from lakehouse.kafka.access import ACCESS_FILE_ENV, KafkaAccess
 from lakehouse.params import Action, MaintenanceParams, RestoreParams, RunParams
 from lakehouse.registry import get_pipeline, registry
+from lakehouse.secrets import mask_all, secret_values
 from lakehouse.settings import Settings, SourceKind
-from lakehouse.submit import LOCAL_MASTER, job_submit_spec
+from lakehouse.submit import LOCAL_MASTER, SubmitSpec, job_submit_spec
 from lakehouse_airflow.run_params import effective_params
 
 if TYPE_CHECKING:
@@ -74,6 +75,13 @@ class LakehouseSparkSubmitHook(SparkSubmitHook):
         elif not self._connection_exists():
             data["master"] = LOCAL_MASTER  # the provider would fall back to yarn
         return data
+
+    def _build_spark_common_args(self) -> list[str]:
+        args = super()._build_spark_common_args()
+        if self._properties_file:
+            # Without this, a properties file replaces spark-defaults.conf instead of adding.
+            args.append("--load-spark-defaults")
+        return args
 
     def _connection_exists(self) -> bool:
         try:
@@ -116,6 +124,8 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
         self.job = job
         self.job_args = list(job_args)
         self._settings: Settings | None = None
+        self._properties_file: str | None = None
+        self._secrets: list[str] = []
 
     @property
     def what(self) -> str:
@@ -142,6 +152,7 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
             master=settings.spark_master,
             conf=self.conf,
             conn_id=self._conn_id,
+            properties_file=self._properties_file,
             py_files=self.py_files,
             jars=self.jars,
             driver_memory=self._driver_memory,
@@ -178,6 +189,7 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
                 summary_file=str(summary_file),
                 extra_args=(*params_args, *(str(a) for a in self.job_args)),
             )
+            self._hand_over_extra_conf(spec, Path(tmp))
             self.application = spec.application
             self.application_args = list(spec.args)
             self.conf = dict(spec.conf)
@@ -194,14 +206,14 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
             try:
                 super().execute(context)
             except AirflowException:
-                summary = _read_summary(summary_file)
+                summary = self._read_summary(summary_file)
                 if summary and summary.get("error"):
                     message = f"{self.what} {summary['status']}: {summary['error']}"
                     if errors.is_retryable(summary.get("error_code")):
                         raise AirflowException(message) from None
                     raise AirflowFailException(message) from None
                 raise
-            summary = _read_summary(summary_file)
+            summary = self._read_summary(summary_file)
         if summary is None:
             raise AirflowException(f"{self.what} finished without a summary.")
         self.log.info("%s", self.summary_line(summary))
@@ -210,6 +222,25 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
 
     def annotate_outlets(self, context: Context, summary: dict[str, Any]) -> None:
         """Put what the job wrote on the asset events of this task's outlets."""
+
+    def _hand_over_extra_conf(self, spec: SubmitSpec, scratch: Path) -> None:
+        """The deployment's extra Spark settings go to spark-submit in an owner-only file in
+        the task's scratch folder (deleted with it), their secret values masked in the task
+        log; the job's own environment does not carry them again."""
+        from airflow.sdk.log import mask_secret
+
+        self._secrets += secret_values(spec.properties)
+        for secret in self._secrets:
+            mask_secret(secret)
+        path = spec.write_properties(scratch)
+        self._properties_file = str(path) if path else None
+        if path:
+            self.env_vars = {**(self.env_vars or {}), "LAKEHOUSE_SPARK_CONF": "{}"}
+
+    def _read_summary(self, path: Path) -> dict[str, Any] | None:
+        """The job's summary, every secret this task knows masked (it becomes the XCom)."""
+        summary = _read_summary(path)
+        return None if summary is None else dict(mask_all(summary, self._secrets))
 
 
 class LakehouseJobOperator(LakehouseSubmitOperator):
@@ -280,6 +311,7 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
         )
         for secret in access.secrets:
             mask_secret(secret)
+        self._secrets += access.secrets
         self.log.info("Kafka: %s (connection %s)", access.describe(), self.kafka_conn_id)
         return access
 

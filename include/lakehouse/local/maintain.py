@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tempfile
 from datetime import UTC, datetime
+from pathlib import Path
 
 from lakehouse.backups import MANIFEST, BackupManifest, backups_root, is_backup_id
 from lakehouse.local.env import subprocess_env
@@ -30,8 +32,12 @@ def submit(settings: Settings, pipeline: str, args: list[str]) -> int:
     """Run ``jobs/maintenance.py`` with spark-submit; its output goes to this terminal."""
     run_id = f"cli__{datetime.now(UTC):%Y%m%dT%H%M%S}"
     spec = job_submit_spec(settings, pipeline, "maintenance", run_id=run_id, extra_args=tuple(args))
-    command = spec.argv(settings.spark_master or LOCAL_MASTER)
-    return subprocess.run(command, env=subprocess_env(settings), check=False).returncode
+    # The extra Spark settings (maybe secret) go in an owner-only file, never on the command line.
+    with tempfile.TemporaryDirectory(prefix="lakehouse-") as scratch:
+        properties = spec.write_properties(Path(scratch))
+        command = spec.argv(settings.spark_master or LOCAL_MASTER, properties_file=properties)
+        env = subprocess_env(settings, **({"LAKEHOUSE_SPARK_CONF": "{}"} if properties else {}))
+        return subprocess.run(command, env=env, check=False).returncode
 
 
 def list_backups(settings: Settings, pipeline: str) -> str:
