@@ -32,10 +32,11 @@ from typing import Any, TypeVar
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
-from jobs import storage
+from jobs import run_markers, storage
 from jobs.delta_writes import table_version
 from jobs.session import build_spark
 from jobs.tables import ensure_table
+from lakehouse.authz import ACCEPT_DATA_LOSS, require_grant
 from lakehouse.backups import restore_marker
 from lakehouse.checkpoints import Checkpoint
 from lakehouse.errors import ConfigurationError, LakehouseError, RestoreInProgress
@@ -468,6 +469,28 @@ def check_no_restore_in_progress(spark: SparkSession, settings: Settings, *pipel
             )
 
 
+def log_killed_run(job: JobRun, marker: dict[str, Any]) -> None:
+    """Append the run-log row of a run that started and never ended (``jobs.run_markers``);
+    it is not one of this run's records (the summary stays this run's)."""
+    assert job.spark is not None and job.settings is not None
+    record = job.new_record()
+    record.run_id = str(marker.get("run_id") or "unknown")
+    record.status, record.error_code = "killed", "Killed"
+    record.started_at = run_markers.started_at(marker) or record.started_at
+    record.ended_at = None
+    record.error = (
+        "Killed: the run started and never ended (killed, or its machine lost); found by run "
+        f"{job.args.run_id}. What it had committed stays; the next run resumed from the "
+        "checkpoint."
+    )
+    record.details = {"detected_by": job.args.run_id, "marker": marker}
+    log.warning("%s", record.error.replace("the run", f"run {record.run_id}", 1))
+    try:
+        append_run_log(job.spark, job.settings, record)
+    except Exception:
+        log.exception("could not append to the run log")
+
+
 def run_layer(
     argv: Sequence[str] | None, layer: Layer, body: Callable[[JobContext], StreamResult]
 ) -> int:
@@ -481,12 +504,25 @@ def run_layer(
             raise ConfigurationError(f"pipeline {pipeline.name} has no {layer} layer.")
         stream = pipeline.stream(layer)
         params.check_against(pipeline)
+        if params.accept_data_loss:
+            require_grant(ACCEPT_DATA_LOSS, job.args.run_id)  # given by Airflow, or refused
         spark = job.start_spark(f"lakehouse-{pipeline.name}-{layer}")
         ctx = JobContext(spark, settings, pipeline, stream, job.args, params)
         owner = f"{pipeline.name}.{layer} run {job.args.run_id}"
         record = job.new_record()
-        with table_locks(
-            settings, params.locked_tables(pipeline, layer), owner, settings.lock_wait_s
+        with (
+            table_locks(
+                settings, params.locked_tables(pipeline, layer), owner, settings.lock_wait_s
+            ),
+            run_markers.running(
+                spark,
+                settings,
+                pipeline.name,
+                layer,
+                job.args.run_id,
+                record.started_at,
+                lambda left: log_killed_run(job, left),
+            ),
         ):
             # A restore holds these locks while it works; one that died leaves its marker.
             upstream = pipelines.upstream_of(pipeline)

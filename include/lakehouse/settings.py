@@ -243,11 +243,6 @@ class Settings(_EnvModel):
         description="kept beyond what a lagging stream needs (clock skew between storage and "
         "driver)",
     )
-    restore_admins: tuple[str, ...] = Field(
-        ("admin",),
-        json_schema_extra=_env("restore_admins"),
-        description="the Airflow users allowed to run ``lakehouse_restore``, comma separated",
-    )
     extra_spark_conf: dict[str, str] = Field(
         default_factory=dict,
         json_schema_extra=_env("extra_spark_conf", "LAKEHOUSE_SPARK_CONF"),
@@ -287,7 +282,6 @@ class Settings(_EnvModel):
     environ: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
 
     _none = field_validator("maintenance_schedule", mode="before")(_schedule)
-    _split = field_validator("restore_admins", mode="before")(_names)
 
     @field_validator("spark_master")
     @classmethod

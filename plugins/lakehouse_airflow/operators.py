@@ -10,7 +10,8 @@ and the UI. Two kinds of job run through it:
 
 * ``LakehouseJobOperator``: one layer of a pipeline (``jobs/<layer>.py``);
 * ``MaintenanceJobOperator``: one maintenance action (``jobs/maintenance.py``): optimize,
-  vacuum, backup, or restore (which only the users in ``LAKEHOUSE_RESTORE_ADMINS`` may run).
+  vacuum, backup, or restore (a restore that changes anything, like ``accept_data_loss``, only
+  with a grant Airflow's auth manager gave: ``lakehouse_airflow.authz``).
 
 Where the job runs: ``LAKEHOUSE_SPARK_MASTER`` if set, else the ``lakehouse_spark``
 connection, else local Spark in the task's process.
@@ -40,12 +41,14 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from lakehouse import errors
+from lakehouse.authz import GRANT_FILE_ENV, Grant
 from lakehouse.kafka.access import ACCESS_FILE_ENV, KafkaAccess
 from lakehouse.params import Action, MaintenanceParams, RestoreParams, RunParams
 from lakehouse.registry import get_pipeline, registry
 from lakehouse.secrets import mask_all, secret_values
 from lakehouse.settings import Settings, SourceKind
 from lakehouse.submit import LOCAL_MASTER, SubmitSpec, job_submit_spec
+from lakehouse_airflow.authz import check_run
 from lakehouse_airflow.run_params import effective_params
 
 if TYPE_CHECKING:
@@ -126,6 +129,8 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
         self._settings: Settings | None = None
         self._properties_file: str | None = None
         self._secrets: list[str] = []
+        # The run's grant for a privileged action (lakehouse_airflow.authz), for the job.
+        self._grant: Grant | None = None
 
     @property
     def what(self) -> str:
@@ -178,6 +183,8 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
                 extra_env = self.job_env(settings, Path(tmp))
             except errors.LakehouseError as exc:
                 raise _failure(exc) from None
+            if self._grant is not None:
+                extra_env[GRANT_FILE_ENV] = str(self._grant.write(Path(tmp) / "grant.json"))
             if extra_env:
                 self.env_vars = {**(self.env_vars or {}), **extra_env}
             summary_file = Path(tmp) / "summary.json"
@@ -269,6 +276,8 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
             raise AirflowSkipException(f"{self.layer} is not among this run's layers")
         if params.dry_run:
             raise AirflowSkipException("dry run: the plan task says what this layer would do")
+        if params.accept_data_loss and self.layer == "bronze":
+            self._grant = check_run(context)
         return params.job_args(self.layer)
 
     def job_env(self, settings: Settings, scratch: Path) -> dict[str, str]:
@@ -372,7 +381,7 @@ class MaintenanceJobOperator(LakehouseSubmitOperator):
     ``optimize``, ``vacuum`` and ``backup`` read the maintenance params (``actions``,
     ``tables``, ``retention_hours``, ``keep_backups``, ``dry_run``) and are skipped when
     ``actions`` leaves them out. ``restore`` reads ``layer``, ``backup_id`` and ``dry_run``,
-    and refuses unless a user named in ``LAKEHOUSE_RESTORE_ADMINS`` triggered the run.
+    and, unless it only checks, refuses a run without a valid grant (``lakehouse_airflow.authz``).
     """
 
     ACTIONS = (*(str(a) for a in Action), "restore")
@@ -393,6 +402,8 @@ class MaintenanceJobOperator(LakehouseSubmitOperator):
         if self.action == "restore":
             args = restore_args(context, raw, settings)
             self.pipeline = str(raw.get("pipeline"))  # the job's --pipeline
+            if "--dry-run" not in args:
+                self._grant = check_run(context)
             return args
         params: MaintenanceParams = MaintenanceParams.parse(raw)
         params.check_against(registry(settings).tables, settings.vacuum_floor_hours)
@@ -412,14 +423,7 @@ class MaintenanceJobOperator(LakehouseSubmitOperator):
 
 
 def restore_args(context: Context, raw: dict[str, Any], settings: Settings) -> list[str]:
-    """Arguments of a restore, after checking who asked for it."""
-    dag_run = context["dag_run"]
-    user = getattr(dag_run, "triggering_user_name", None)
-    if user not in settings.restore_admins:
-        raise errors.InvalidRunParams(
-            f"a checkpoint restore may only be triggered by {', '.join(settings.restore_admins)} "
-            f"(LAKEHOUSE_RESTORE_ADMINS); this run was triggered by {user or 'nobody'}."
-        )
+    """Arguments of a restore (who may ask for one is checked by ``check_run``)."""
     params: RestoreParams = RestoreParams.parse(raw)
     pipeline = registry(settings).get(params.pipeline)
     if params.layer not in pipeline.layers:

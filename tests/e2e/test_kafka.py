@@ -198,7 +198,7 @@ def test_offsets_that_aged_out_stop_bronze_with_a_named_error(kafka_lake: KafkaL
     assert lake.version("bronze/orders_events") == version
 
     # A run told to accept the loss reads what is left and records what it skipped.
-    assert lake.run("bronze", "--accept-data-loss") == 0
+    assert lake.run("bronze", "--accept-data-loss", *lake.granted("accept_data_loss")) == 0
     values = sorted(r[0] for r in lake.rows("bronze/orders_events", ["raw_value"]))
     assert values == sorted([f'{{"n": {i}}}' for i in range(10)] + ['{"n": 20}'])
     status, details_json = kafka_lake.run_log("status", "details")[-1]

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lakehouse.backups import MANIFEST, BackupManifest, backups_root, is_backup_id
+from lakehouse.errors import NotAuthorized
 from lakehouse.local.env import subprocess_env
 from lakehouse.registry import registry
 from lakehouse.settings import Settings
@@ -80,6 +81,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backup-id", default="latest")
     parser.add_argument("--check", action="store_true", help="run the checks; change nothing")
     ns = parser.parse_args(rest)
+    if not ns.check:
+        # A restore that changes anything needs a grant that only Airflow gives, to a user its
+        # auth manager permits (the job refuses it otherwise): a shell user is nobody to it.
+        raise NotAuthorized(
+            "a restore that changes anything runs through Airflow, as a permitted user: "
+            "trigger lakehouse_restore from the UI, or `curl -X POST -H 'Authorization: Bearer "
+            "<token>' <airflow>/api/v2/dags/lakehouse_restore/dagRuns -d '{\"conf\": "
+            f'{{"pipeline": "{ns.pipeline}", "layer": "{ns.layer}", "backup_id": '
+            f'"{ns.backup_id}", "dry_run": false}}}}\'`. `lakehouse restore ... --check` runs '
+            "the checks from here."
+        )
     args = ["--restore", ns.layer, "--backup-id", ns.backup_id]
     return submit(settings, ns.pipeline, [*args, "--dry-run"] if ns.check else args)
 
