@@ -14,9 +14,11 @@ version the checkpoint will read still there); if not it stops with `CheckpointI
 and the reasons, and nothing is changed.
 
 **Params**: `pipeline`, `layer`, `backup_id` (an id from the backups folder, or `latest`),
-`dry_run` (true by default: only run the checks). Never scheduled. Only the users named in
-`LAKEHOUSE_RESTORE_ADMINS` may run it: the task refuses a run anybody else triggered. With
-an auth manager that has roles (FAB, Keycloak), also grant this DAG to admins only.
+`dry_run` (true by default: only run the checks). Never scheduled. A restore that changes
+anything needs a grant from Airflow's auth manager (a user who may trigger this DAG and edit
+the `lakehouse_spark` connection: roles op and admin with the simple auth manager), given when
+the run is triggered through the UI or the REST API; runs from the CLI or cleared runs are
+refused. See the README, "Who may do what".
 """
 
 from __future__ import annotations

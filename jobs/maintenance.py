@@ -30,6 +30,7 @@ from jobs.actions.optimize import optimize
 from jobs.actions.restore import restore_checkpoint
 from jobs.actions.vacuum import vacuum
 from jobs.runtime import JobRun, check_no_restore_in_progress, run_main
+from lakehouse.authz import RESTORE, require_grant
 from lakehouse.errors import InvalidRunParams
 from lakehouse.maintenance import OptimizePolicy
 from lakehouse.params import Action, MaintenanceParams, RestoreParams
@@ -63,6 +64,8 @@ def parse(namespace: argparse.Namespace) -> MaintenanceParams | RestoreParams:
 
 def run(job: JobRun, params: MaintenanceParams | RestoreParams) -> None:
     """Every action the params ask for; each records its own run-log row as it ends."""
+    if isinstance(params, RestoreParams) and not params.dry_run:
+        require_grant(RESTORE, job.args.run_id)  # given by Airflow, or refused
     settings = job.load_settings()
     pipelines = registry(settings)
     chosen = [pipelines.get(job.args.pipeline)] if job.args.pipeline != "all" else None

@@ -32,11 +32,12 @@ from typing import Any, TypeVar
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
-from jobs import storage
+from jobs import run_markers, storage
 from jobs.delta_writes import table_version
 from jobs.guards import check_checkpoint
 from jobs.session import build_spark
 from jobs.tables import ensure_table
+from lakehouse.authz import ACCEPT_DATA_LOSS, require_grant
 from lakehouse.backups import restore_marker
 from lakehouse.checkpoints import Checkpoint
 from lakehouse.errors import ConfigurationError, LakehouseError, RestoreInProgress
@@ -44,6 +45,13 @@ from lakehouse.locks import table_locks
 from lakehouse.params import RunParams
 from lakehouse.preflight import check_root_writable
 from lakehouse.registry import registry
+from lakehouse.secrets import (
+    MaskingFormatter,
+    mask,
+    remember,
+    remember_environment,
+    secret_values,
+)
 from lakehouse.settings import Settings
 from lakehouse.specs import RUN_LOG, Layer, PipelineSpec, StreamSpec
 
@@ -128,6 +136,8 @@ class RunRecord:
         else:
             self.status, self.error_code = "failed", type(exc).__name__
             self.error = f"{type(exc).__name__}: {str(exc)[:2000]}"
+        # The text goes to the run log and the summary (XCom): never a secret.
+        self.error = mask(self.error)
 
     def summary(self) -> dict[str, Any]:
         data = asdict(self)
@@ -174,13 +184,18 @@ def configure_logging() -> None:
         format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
         force=True,
     )
+    # Whatever a job logs (an exception's text, a traceback) is masked on its way out.
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(
+            MaskingFormatter(handler.formatter._fmt if handler.formatter else None)
+        )
     for noisy in ("py4j", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def refusal(exc: LakehouseError) -> str:
     """Print the one-line refusal the task log ends with; return it for the record."""
-    print(f"ERROR [{exc.code}] {exc}", file=sys.stderr, flush=True)
+    print(f"ERROR [{exc.code}] {mask(str(exc))}", file=sys.stderr, flush=True)
     return f"{exc.code}: {exc}"
 
 
@@ -213,6 +228,9 @@ class JobRun:
         assert self.settings is not None
         check_root_writable(self.settings)
         self.spark = build_spark(app_name, self.settings)
+        # What this job must never write out: secret settings and the S3 key it holds.
+        remember(*secret_values(dict(self.spark.sparkContext.getConf().getAll())))
+        remember_environment()
         return self.spark
 
     def new_record(self, layer: str | None = None, action: str | None = None) -> RunRecord:
@@ -452,6 +470,28 @@ def check_no_restore_in_progress(spark: SparkSession, settings: Settings, *pipel
             )
 
 
+def log_killed_run(job: JobRun, marker: dict[str, Any]) -> None:
+    """Append the run-log row of a run that started and never ended (``jobs.run_markers``);
+    it is not one of this run's records (the summary stays this run's)."""
+    assert job.spark is not None and job.settings is not None
+    record = job.new_record()
+    record.run_id = str(marker.get("run_id") or "unknown")
+    record.status, record.error_code = "killed", "Killed"
+    record.started_at = run_markers.started_at(marker) or record.started_at
+    record.ended_at = None
+    record.error = (
+        "Killed: the run started and never ended (killed, or its machine lost); found by run "
+        f"{job.args.run_id}. What it had committed stays; the next run resumed from the "
+        "checkpoint."
+    )
+    record.details = {"detected_by": job.args.run_id, "marker": marker}
+    log.warning("%s", record.error.replace("the run", f"run {record.run_id}", 1))
+    try:
+        append_run_log(job.spark, job.settings, record)
+    except Exception:
+        log.exception("could not append to the run log")
+
+
 def run_layer(
     argv: Sequence[str] | None, layer: Layer, body: Callable[[JobContext], StreamResult]
 ) -> int:
@@ -465,12 +505,25 @@ def run_layer(
             raise ConfigurationError(f"pipeline {pipeline.name} has no {layer} layer.")
         stream = pipeline.stream(layer)
         params.check_against(pipeline)
+        if params.accept_data_loss:
+            require_grant(ACCEPT_DATA_LOSS, job.args.run_id)  # given by Airflow, or refused
         spark = job.start_spark(f"lakehouse-{pipeline.name}-{layer}")
         ctx = JobContext(spark, settings, pipeline, stream, job.args, params)
         owner = f"{pipeline.name}.{layer} run {job.args.run_id}"
         record = job.new_record()
-        with table_locks(
-            settings, params.locked_tables(pipeline, layer), owner, settings.lock_wait_s
+        with (
+            table_locks(
+                settings, params.locked_tables(pipeline, layer), owner, settings.lock_wait_s
+            ),
+            run_markers.running(
+                spark,
+                settings,
+                pipeline.name,
+                layer,
+                job.args.run_id,
+                record.started_at,
+                lambda left: log_killed_run(job, left),
+            ),
         ):
             # A restore holds these locks while it works; one that died leaves its marker.
             upstream = pipelines.upstream_of(pipeline)

@@ -71,6 +71,17 @@ class Lake:
         finally:
             self.monkeypatch.delenv("LAKEHOUSE_FAULT", raising=False)
 
+    def granted(self, action: str, run_id: str = "granted-run") -> list[str]:
+        """The arguments of a run Airflow granted ``action`` (a restore, accepting data
+        loss): its run id; the grant file the operator would hand over is in place."""
+        from lakehouse.authz import GRANT_FILE_ENV, Grant
+
+        path = self.root.parent / f"grant-{run_id}.json"
+        if not path.exists():
+            Grant("test", run_id, "admin", (action,)).write(path)
+        self.monkeypatch.setenv(GRANT_FILE_ENV, str(path))
+        return ["--run-id", run_id]
+
     def run_all(self, *args: str, pipeline: str = "orders") -> None:
         for layer in LAYERS[pipeline]:
             assert self.run(layer, *args, pipeline=pipeline) == 0, f"{pipeline}.{layer} failed"

@@ -233,3 +233,13 @@ class S3AccessDenied(S3Error):
         "Check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (for the local server: "
         '`eval "$(make -s env)"` sets them from .services/s3/credentials.json).'
     )
+
+
+class NotAuthorized(LakehouseError):
+    """A run asks for something only a permitted user may ask for (a restore, data loss)."""
+
+    hint = (
+        "Trigger the run from the Airflow UI or REST API as a user whom Airflow's auth manager "
+        "allows it: with the simple auth manager the roles op and admin (README, 'Who may do "
+        "what'). Nothing was changed."
+    )

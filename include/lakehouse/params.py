@@ -24,12 +24,15 @@ from enum import Enum, StrEnum
 from typing import Annotated, Any, get_args
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
+    StrictFloat,
     StrictInt,
+    StringConstraints,
     ValidationError,
     WithJsonSchema,
     model_validator,
@@ -47,6 +50,9 @@ ISO_WITH_ZONE_PATTERN = (
     r"(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
 )
 _ISO_WITH_ZONE = re.compile(ISO_WITH_ZONE_PATTERN)
+FIRST_YEAR, LAST_YEAR = 1970, 2999
+# A table of the registry, ``<layer>/<name>``; never a path of its own.
+TABLE_NAME_PATTERN = r"^[a-z][a-z0-9_]*/[a-z][a-z0-9_]*$"
 
 
 class Mode(StrEnum):
@@ -70,14 +76,40 @@ def parse_instant(value: Any) -> datetime:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise ValueError(f"{value!r} has no zone")
+        if not FIRST_YEAR <= value.year <= LAST_YEAR:
+            raise ValueError(f"{value.isoformat()} is outside the years {FIRST_YEAR}..{LAST_YEAR}")
         return value
-    if not isinstance(value, str) or not _ISO_WITH_ZONE.match(value):
+    # fullmatch: ``$`` alone would let a final newline through.
+    if not isinstance(value, str) or not _ISO_WITH_ZONE.fullmatch(value):
         raise ValueError(f"{value!r} is not an ISO-8601 time with a zone (2026-11-01T00:00:00Z)")
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(f"{value!r} is not a real date and time") from None
 
+
+TableName = Annotated[str, StringConstraints(pattern=TABLE_NAME_PATTERN)]
+
+
+def _distinct(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A choice listed twice is refused, as the form's schema refuses it (``uniqueItems``)."""
+    twice = sorted({str(getattr(v, "value", v)) for v in values if values.count(v) > 1})
+    if twice:
+        raise ValueError(f"{', '.join(twice)} listed twice")
+    return values
+
+
+Distinct = AfterValidator(_distinct)
+
+
+def _whole(value: Any) -> Any:
+    """JSON has one number type: ``1.0`` is the integer 1 to a JSON schema, so here too."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Whole = Annotated[StrictInt, BeforeValidator(_whole)]
 
 Instant = Annotated[
     datetime,
@@ -103,7 +135,8 @@ class ParamsModel(BaseModel):
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> Any:
         """Check ``raw`` (JSON-like values: a trigger form, a DAG run's conf)."""
-        values = {k: v for k, v in raw.items() if v is not None}
+        # An empty field is an unset one; an unknown name is refused whatever its value.
+        values = {k: v for k, v in raw.items() if v is not None or k not in cls.model_fields}
         try:
             return cls(**values)
         except ValidationError as exc:
@@ -188,7 +221,13 @@ class ParamsModel(BaseModel):
             if _is_bool(info.annotation):
                 parser.add_argument(flag, action="store_true", default=None, help=info.title)
             else:
-                kind = int if _is_int(info.annotation) else str
+                kind: type = (
+                    float
+                    if float in _flat(info.annotation)
+                    else int
+                    if _is_int(info.annotation)
+                    else str
+                )
                 parser.add_argument(flag, type=kind, default=None, help=info.title)
 
     @classmethod
@@ -288,10 +327,8 @@ def param_schemas(
         if name in exclude:
             continue
         prop = resolve(prop)
-        options = prop.pop("anyOf", None)
-        if options:  # Optional[X]: X's keywords, with null among its types
-            kinds = [o for o in options if o.get("type") != "null"]
-            prop = {**kinds[0], **prop, "type": ["null", kinds[0]["type"]]}
+        _no_final_newline(prop)
+        prop = _plain_keywords(prop)
         prop.pop("jobs", None)
         prop.pop("description", None) if not prop.get("description") else None
         for key in ("prefixItems", "maxItems"):
@@ -308,6 +345,40 @@ def param_schemas(
             **(overrides or {}).get(name, {}),
         }
     return params
+
+
+def _plain_keywords(prop: dict[str, Any]) -> dict[str, Any]:
+    """An ``Optional[X]`` as X's keywords with null among its types, and bounds pydantic
+    could not push into a JSON schema keyword (on a validated type) under their names."""
+    options = prop.pop("anyOf", None)
+    if options:
+        kinds = [o for o in options if o.get("type") != "null"]
+        prop = {**kinds[0], **prop, "type": ["null", kinds[0]["type"]]}
+    for short, keyword in _BOUND_KEYWORDS.items():
+        if short in prop:
+            prop[keyword] = prop.pop(short)
+    return prop
+
+
+_BOUND_KEYWORDS = {
+    "ge": "minimum",
+    "le": "maximum",
+    "gt": "exclusiveMinimum",
+    "lt": "exclusiveMaximum",
+}
+
+
+def _no_final_newline(node: Any) -> None:
+    """Next to every ``pattern``, refuse a newline: Airflow checks patterns with Python's
+    ``re.search``, whose ``$`` also matches before a final newline (the model does not)."""
+    if isinstance(node, dict):
+        for value in node.values():
+            _no_final_newline(value)
+        if "pattern" in node:
+            node["not"] = {"type": "string", "pattern": "\\n"}
+    elif isinstance(node, list):
+        for value in node:
+            _no_final_newline(value)
 
 
 def _plain_default(value: Any) -> Any:
@@ -348,14 +419,14 @@ class RunParams(ParamsModel):
         description="For mode=reprocess: end of the window, ISO-8601 with zone.",
         json_schema_extra=_meta("Reprocess window"),
     )
-    layers: tuple[Layer, ...] = Field(
+    layers: Annotated[tuple[Layer, ...], Distinct] = Field(
         tuple(Layer),
         min_length=1,
         title="Layers",
         description="Which layers to run, in pipeline order.",
         json_schema_extra=_meta("What to run", jobs=()),
     )
-    max_files_per_trigger: StrictInt | None = Field(
+    max_files_per_trigger: Whole | None = Field(
         None,
         ge=1,
         le=MAX_FILES_PER_TRIGGER,
@@ -363,7 +434,7 @@ class RunParams(ParamsModel):
         description="Raise for a catch-up; empty uses LAKEHOUSE_MAX_FILES_PER_TRIGGER.",
         json_schema_extra=_meta("Rate limits", jobs=[Layer.BRONZE]),
     )
-    max_offsets_per_trigger: StrictInt | None = Field(
+    max_offsets_per_trigger: Whole | None = Field(
         None,
         ge=1,
         le=MAX_OFFSETS_PER_TRIGGER,
@@ -498,20 +569,20 @@ MAX_KEEP_BACKUPS = 1000
 class MaintenanceParams(ParamsModel):
     """What one maintenance run does; the same checks in the DAG and in the job."""
 
-    actions: tuple[Action, ...] = Field(
+    actions: Annotated[tuple[Action, ...], Distinct] = Field(
         tuple(Action),
         min_length=1,
         title="Actions",
         description="Which maintenance actions to run, in this order.",
         json_schema_extra=_meta("What to run"),
     )
-    tables: tuple[str, ...] = Field(
+    tables: Annotated[tuple[TableName, ...], Distinct] = Field(
         (),
         title="Tables",
         description="Tables to OPTIMIZE and VACUUM; empty for every table.",
         json_schema_extra=_meta("What to run"),
     )
-    retention_hours: StrictInt = Field(
+    retention_hours: Whole = Field(
         DEFAULT_RETENTION_HOURS,
         ge=0,
         le=MAX_RETENTION_HOURS,
@@ -523,14 +594,14 @@ class MaintenanceParams(ParamsModel):
         ),
         json_schema_extra=_meta("VACUUM"),
     )
-    keep_backups: StrictInt = Field(
+    keep_backups: Whole = Field(
         DEFAULT_KEEP_BACKUPS,
         ge=1,
         le=MAX_KEEP_BACKUPS,
         title="Checkpoint backups to keep",
         json_schema_extra=_meta("Backups"),
     )
-    small_file_mb: float = Field(
+    small_file_mb: StrictFloat = Field(
         32.0,
         gt=0,
         le=1024 * 1024,
@@ -538,7 +609,7 @@ class MaintenanceParams(ParamsModel):
         description="OPTIMIZE: a file below this size is small.",
         json_schema_extra=_meta("OPTIMIZE"),
     )
-    min_small_files: StrictInt = Field(
+    min_small_files: Whole = Field(
         10,
         ge=2,
         le=1_000_000,
@@ -618,3 +689,8 @@ class RestoreParams(ParamsModel):
         description="Run every check and report; change nothing. Untick to restore.",
         json_schema_extra=_meta("What to restore"),
     )
+
+    def job_args(self, job: str | None = None) -> list[str]:
+        """``jobs/maintenance.py``'s restore options (its ``--pipeline`` is the job's own)."""
+        args = ["--restore", str(self.layer), "--backup-id", self.backup_id]
+        return [*args, "--dry-run"] if self.dry_run else args

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lakehouse.errors import ConfigurationError
+from lakehouse.secrets import protected_keys
 
 if TYPE_CHECKING:
     from lakehouse.specs import KafkaSubscription, PipelineSpec
@@ -76,6 +77,10 @@ def _names(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+# Fields whose values may hold secrets.
+_SECRET_FIELDS = frozenset({"extra_spark_conf"})
+
+
 class _EnvModel(BaseModel):
     """A frozen model whose fields are read from environment variables (see ``_read``)."""
 
@@ -108,7 +113,9 @@ class _EnvModel(BaseModel):
                 where = cls.variable(name, prefix) if name in cls.model_fields else name
                 value = raw.get(name, error.get("input"))
                 message = str(error["msg"]).removeprefix("Value error, ")
-                problems.append(f"{where}={value!r}: {message}")
+                # A value that may hold secrets is never repeated in an error.
+                shown = "<not shown>" if name in _SECRET_FIELDS else repr(value)
+                problems.append(f"{where}={shown}: {message}")
             raise ConfigurationError("; ".join(problems) + ".") from None
 
 
@@ -236,16 +243,13 @@ class Settings(_EnvModel):
         description="kept beyond what a lagging stream needs (clock skew between storage and "
         "driver)",
     )
-    restore_admins: tuple[str, ...] = Field(
-        ("admin",),
-        json_schema_extra=_env("restore_admins"),
-        description="the Airflow users allowed to run ``lakehouse_restore``, comma separated",
-    )
     extra_spark_conf: dict[str, str] = Field(
         default_factory=dict,
         json_schema_extra=_env("extra_spark_conf", "LAKEHOUSE_SPARK_CONF"),
         description='extra Spark settings as a JSON object, e.g. ``{"spark.executor.memory": '
-        '"4g"}``',
+        '"4g"}``; handed to spark-submit in a file only its user can read, never on its '
+        "command line; the safety settings (``spark.redaction.regex``, "
+        "``spark.sql.files.ignoreMissingFiles``, Delta's retention check) are refused",
     )
     s3_endpoint: str | None = Field(
         None,
@@ -278,7 +282,6 @@ class Settings(_EnvModel):
     environ: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
 
     _none = field_validator("maintenance_schedule", mode="before")(_schedule)
-    _split = field_validator("restore_admins", mode="before")(_names)
 
     @field_validator("spark_master")
     @classmethod
@@ -324,7 +327,15 @@ class Settings(_EnvModel):
                 raise ValueError(f"not a JSON object: {exc}") from None
             if not isinstance(value, dict):
                 raise ValueError("must be a JSON object")
-            return {str(k): str(v) for k, v in value.items()}
+            value = {str(k): str(v) for k, v in value.items()}
+        fixed = protected_keys(value) if isinstance(value, dict) else []
+        if fixed:
+            # The error names the keys, never a value (which might be a secret).
+            raise ValueError(
+                f"{', '.join(fixed)} cannot be set: the project fixes these safety settings "
+                "(Spark's log redaction, failing on missing files, Delta's VACUUM retention "
+                "check); remove them"
+            )
         return value
 
     def model_post_init(self, context: Any) -> None:

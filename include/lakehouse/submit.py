@@ -16,18 +16,14 @@ from pathlib import Path
 
 from lakehouse.jars import spark_jars
 from lakehouse.jvm import driver_java_options
+from lakehouse.secrets import PROTECTED_SPARK_CONF, REDACTION_REGEX, write_properties
 from lakehouse.settings import Settings
 
 LOCAL_MASTER = "local[*]"
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
-# Spark hides a setting or a data source option whose key or value matches this, in logs,
-# plans, the UI and event logs. Spark's default (the first four) misses the Kafka source's
-# SASL login (its value does say "password", its key not) and TLS key and truststore options.
-REDACTION_REGEX = (
-    r"(?i)secret|password|token|access[.]?key|sasl[.]jaas|ssl[.]key|keystore|"
-    r"truststore[.]certificates"
-)
+# Re-exported: the regex lives with the other secret rules (lakehouse.secrets).
+__all__ = ["REDACTION_REGEX"]
 
 
 def s3a_conf(settings: Settings) -> dict[str, str]:
@@ -53,7 +49,13 @@ def s3a_conf(settings: Settings) -> dict[str, str]:
 
 
 def spark_conf(settings: Settings) -> dict[str, str]:
-    """Spark and Delta settings every session of this project uses (jars excluded)."""
+    """Spark and Delta settings every session of this project uses (jars excluded), with the
+    deployment's extra settings (``LAKEHOUSE_SPARK_CONF``); the safety settings always win."""
+    return {**base_spark_conf(settings), **settings.extra_spark_conf, **PROTECTED_SPARK_CONF}
+
+
+def base_spark_conf(settings: Settings) -> dict[str, str]:
+    """The project's own settings, which hold no secret (so they may go on a command line)."""
     partitions = str(settings.shuffle_partitions)
     conf = {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -79,7 +81,6 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.redaction.regex": REDACTION_REGEX,
         **s3a_conf(settings),
     }
-    conf.update(settings.extra_spark_conf)
     return conf
 
 
@@ -169,10 +170,26 @@ class SubmitSpec:
     jars: tuple[str, ...] = ()
     py_files: tuple[str, ...] = ()
     driver_memory: str = "2g"
+    # The deployment's extra settings: for a properties file, never for the command line.
+    properties: dict[str, str] = field(default_factory=dict, repr=False)
 
-    def argv(self, master: str, spark_submit: str = "spark-submit") -> list[str]:
+    def write_properties(self, folder: Path) -> Path | None:
+        """The extra settings as ``folder/spark.properties`` (owner-only), if there are any."""
+        if not self.properties:
+            return None
+        return write_properties(folder / "spark.properties", self.properties)
+
+    def argv(
+        self, master: str, spark_submit: str = "spark-submit", properties_file: Path | None = None
+    ) -> list[str]:
+        """The spark-submit command; ``properties_file`` from ``write_properties`` when the
+        spec has extra settings (Spark then still reads ``spark-defaults.conf``)."""
+        if self.properties and properties_file is None:
+            raise ValueError("the extra Spark settings need a properties file (write_properties)")
         command = [spark_submit, "--master", master, "--name", self.name]
         command += ["--driver-memory", self.driver_memory]
+        if properties_file is not None:
+            command += ["--properties-file", str(properties_file), "--load-spark-defaults"]
         for key, value in sorted(self.conf.items()):
             command += ["--conf", f"{key}={value}"]
         if self.jars:
@@ -199,7 +216,13 @@ def job_submit_spec(
         application=job_path(settings, job),
         args=(*args, *extra_args),
         name=f"lakehouse-{pipeline}-{job}",
-        conf=spark_conf(settings),
+        # A --conf would win over the file: leave out what the extra settings replace.
+        conf={
+            k: v
+            for k, v in base_spark_conf(settings).items()
+            if k not in settings.extra_spark_conf or k in PROTECTED_SPARK_CONF
+        },
+        properties=dict(settings.extra_spark_conf),
         jars=tuple(spark_jars(settings)),
         py_files=(str(code_archive(settings)),),
         driver_memory=settings.driver_memory,

@@ -89,12 +89,21 @@ def stream_state(ctx: ActionContext, pipeline: PipelineSpec, stream: StreamSpec)
     )
 
 
+def is_partial(name: str) -> bool:
+    """A backup's hidden working copy (``.<backup id>.partial``)."""
+    return name.startswith(".") and name.endswith(".partial")
+
+
 def backup_checkpoints(ctx: ActionContext, pipeline: PipelineSpec, keep_backups: int) -> Outcome:
     """Copy every checkpoint of ``pipeline`` with its manifest; keep the newest N backups."""
     spark = ctx.spark
     root = ctx.path(backups_root(pipeline.name))
     targets = [t for stream in pipeline.streams for t in stream.targets]
     with ctx.locked(targets) as waited_s:
+        # A backup killed part-way leaves its hidden copy; under these locks none is running.
+        stale = [n for n in storage.list_names(spark, root) if is_partial(n)]
+        for name in stale:
+            storage.delete(spark, f"{root}/{name}")
         backup_id = new_backup_id()
         final = ctx.path(backup_dir(pipeline.name, backup_id))
         partial = f"{root}/.{backup_id}.partial"  # a hidden name until it is complete
@@ -111,7 +120,10 @@ def backup_checkpoints(ctx: ActionContext, pipeline: PipelineSpec, keep_backups:
                 raise OSError(f"the copy of {stream.checkpoint} differs from the original")
             streams[stream.layer] = replace(state, files=files)
         if not streams:
-            return "skipped", {"reason": "no stream has run yet: nothing to back up"}
+            return "skipped", {
+                "reason": "no stream has run yet: nothing to back up",
+                "removed_partial": stale,
+            }
         manifest = BackupManifest(
             backup_id=backup_id,
             pipeline=pipeline.name,
@@ -142,6 +154,7 @@ def backup_checkpoints(ctx: ActionContext, pipeline: PipelineSpec, keep_backups:
             for layer, s in streams.items()
         },
         "dropped_backups": dropped,
+        "removed_partial": stale,
         "reason": f"backed up {', '.join(streams)} as {backup_id}; kept the newest {keep_backups}",
     }
     return "succeeded", details

@@ -10,7 +10,8 @@ and the UI. Two kinds of job run through it:
 
 * ``LakehouseJobOperator``: one layer of a pipeline (``jobs/<layer>.py``);
 * ``MaintenanceJobOperator``: one maintenance action (``jobs/maintenance.py``): optimize,
-  vacuum, backup, or restore (which only the users in ``LAKEHOUSE_RESTORE_ADMINS`` may run).
+  vacuum, backup, or restore (a restore that changes anything, like ``accept_data_loss``, only
+  with a grant Airflow's auth manager gave: ``lakehouse_airflow.authz``).
 
 Where the job runs: ``LAKEHOUSE_SPARK_MASTER`` if set, else the ``lakehouse_spark``
 connection, else local Spark in the task's process.
@@ -40,11 +41,14 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from lakehouse import errors
+from lakehouse.authz import GRANT_FILE_ENV, Grant
 from lakehouse.kafka.access import ACCESS_FILE_ENV, KafkaAccess
 from lakehouse.params import Action, MaintenanceParams, RestoreParams, RunParams
 from lakehouse.registry import get_pipeline, registry
+from lakehouse.secrets import mask_all, secret_values
 from lakehouse.settings import Settings, SourceKind
-from lakehouse.submit import LOCAL_MASTER, job_submit_spec
+from lakehouse.submit import LOCAL_MASTER, SubmitSpec, job_submit_spec
+from lakehouse_airflow.authz import check_run
 from lakehouse_airflow.run_params import effective_params
 
 if TYPE_CHECKING:
@@ -74,6 +78,13 @@ class LakehouseSparkSubmitHook(SparkSubmitHook):
         elif not self._connection_exists():
             data["master"] = LOCAL_MASTER  # the provider would fall back to yarn
         return data
+
+    def _build_spark_common_args(self) -> list[str]:
+        args = super()._build_spark_common_args()
+        if self._properties_file:
+            # Without this, a properties file replaces spark-defaults.conf instead of adding.
+            args.append("--load-spark-defaults")
+        return args
 
     def _connection_exists(self) -> bool:
         try:
@@ -116,6 +127,10 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
         self.job = job
         self.job_args = list(job_args)
         self._settings: Settings | None = None
+        self._properties_file: str | None = None
+        self._secrets: list[str] = []
+        # The run's grant for a privileged action (lakehouse_airflow.authz), for the job.
+        self._grant: Grant | None = None
 
     @property
     def what(self) -> str:
@@ -146,6 +161,7 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
             master=settings.spark_master,
             conf=self.conf,
             conn_id=self._conn_id,
+            properties_file=self._properties_file,
             py_files=self.py_files,
             jars=self.jars,
             driver_memory=self._driver_memory,
@@ -172,6 +188,8 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
                 extra_env = self.job_env(settings, Path(tmp))
             except errors.LakehouseError as exc:
                 raise _failure(exc) from None
+            if self._grant is not None:
+                extra_env[GRANT_FILE_ENV] = str(self._grant.write(Path(tmp) / "grant.json"))
             if extra_env:
                 self.env_vars = {**(self.env_vars or {}), **extra_env}
             summary_file = Path(tmp) / "summary.json"
@@ -183,6 +201,7 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
                 summary_file=str(summary_file),
                 extra_args=(*params_args, *(str(a) for a in self.job_args)),
             )
+            self._hand_over_extra_conf(spec, Path(tmp))
             self.application = spec.application
             self.application_args = list(spec.args)
             self.conf = dict(spec.conf)
@@ -199,14 +218,14 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
             try:
                 super().execute(context)
             except AirflowException:
-                summary = _read_summary(summary_file)
+                summary = self._read_summary(summary_file)
                 if summary and summary.get("error"):
                     message = f"{self.what} {summary['status']}: {summary['error']}"
                     if errors.is_retryable(summary.get("error_code")):
                         raise AirflowException(message) from None
                     raise AirflowFailException(message) from None
                 raise
-            summary = _read_summary(summary_file)
+            summary = self._read_summary(summary_file)
         if summary is None:
             raise AirflowException(f"{self.what} finished without a summary.")
         self.log.info("%s", self.summary_line(summary))
@@ -215,6 +234,25 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
 
     def annotate_outlets(self, context: Context, summary: dict[str, Any]) -> None:
         """Put what the job wrote on the asset events of this task's outlets."""
+
+    def _hand_over_extra_conf(self, spec: SubmitSpec, scratch: Path) -> None:
+        """The deployment's extra Spark settings go to spark-submit in an owner-only file in
+        the task's scratch folder (deleted with it), their secret values masked in the task
+        log; the job's own environment does not carry them again."""
+        from airflow.sdk.log import mask_secret
+
+        self._secrets += secret_values(spec.properties)
+        for secret in self._secrets:
+            mask_secret(secret)
+        path = spec.write_properties(scratch)
+        self._properties_file = str(path) if path else None
+        if path:
+            self.env_vars = {**(self.env_vars or {}), "LAKEHOUSE_SPARK_CONF": "{}"}
+
+    def _read_summary(self, path: Path) -> dict[str, Any] | None:
+        """The job's summary, every secret this task knows masked (it becomes the XCom)."""
+        summary = _read_summary(path)
+        return None if summary is None else dict(mask_all(summary, self._secrets))
 
 
 class LakehouseJobOperator(LakehouseSubmitOperator):
@@ -245,6 +283,8 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
             raise AirflowSkipException(f"{self.layer} is not among this run's layers")
         if params.dry_run:
             raise AirflowSkipException("dry run: the plan task says what this layer would do")
+        if params.accept_data_loss and self.layer == "bronze":
+            self._grant = check_run(context)
         return params.job_args(self.layer)
 
     def before_spark(self, settings: Settings) -> None:
@@ -324,6 +364,7 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
         )
         for secret in access.secrets:
             mask_secret(secret)
+        self._secrets += access.secrets
         self.log.info("Kafka: %s (connection %s)", access.describe(), self.kafka_conn_id)
         return access
 
@@ -384,7 +425,7 @@ class MaintenanceJobOperator(LakehouseSubmitOperator):
     ``optimize``, ``vacuum`` and ``backup`` read the maintenance params (``actions``,
     ``tables``, ``retention_hours``, ``keep_backups``, ``dry_run``) and are skipped when
     ``actions`` leaves them out. ``restore`` reads ``layer``, ``backup_id`` and ``dry_run``,
-    and refuses unless a user named in ``LAKEHOUSE_RESTORE_ADMINS`` triggered the run.
+    and, unless it only checks, refuses a run without a valid grant (``lakehouse_airflow.authz``).
     """
 
     ACTIONS = (*(str(a) for a in Action), "restore")
@@ -405,6 +446,8 @@ class MaintenanceJobOperator(LakehouseSubmitOperator):
         if self.action == "restore":
             args = restore_args(context, raw, settings)
             self.pipeline = str(raw.get("pipeline"))  # the job's --pipeline
+            if "--dry-run" not in args:
+                self._grant = check_run(context)
             return args
         params: MaintenanceParams = MaintenanceParams.parse(raw)
         params.check_against(registry(settings).tables, settings.vacuum_floor_hours)
@@ -424,14 +467,7 @@ class MaintenanceJobOperator(LakehouseSubmitOperator):
 
 
 def restore_args(context: Context, raw: dict[str, Any], settings: Settings) -> list[str]:
-    """Arguments of a restore, after checking who asked for it."""
-    dag_run = context["dag_run"]
-    user = getattr(dag_run, "triggering_user_name", None)
-    if user not in settings.restore_admins:
-        raise errors.InvalidRunParams(
-            f"a checkpoint restore may only be triggered by {', '.join(settings.restore_admins)} "
-            f"(LAKEHOUSE_RESTORE_ADMINS); this run was triggered by {user or 'nobody'}."
-        )
+    """Arguments of a restore (who may ask for one is checked by ``check_run``)."""
     params: RestoreParams = RestoreParams.parse(raw)
     pipeline = registry(settings).get(params.pipeline)
     if params.layer not in pipeline.layers:
@@ -439,8 +475,7 @@ def restore_args(context: Context, raw: dict[str, Any], settings: Settings) -> l
             f"{pipeline.name} has no {params.layer} layer; its layers: "
             f"{', '.join(pipeline.layers)}."
         )
-    args = ["--restore", str(params.layer), "--backup-id", params.backup_id]
-    return [*args, "--dry-run"] if params.dry_run else args
+    return params.job_args()
 
 
 def _read_summary(path: Path) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-PROJECT_DIR = Path(__file__).resolve().parents[1]
+PROJECT_DIR = Path(__file__).resolve().parents[2]  # the checkout (this file is in tests/e2e/)
 TOOL_DIR = PROJECT_DIR / "tools" / "composecheck"
 COMPOSE_FILE = PROJECT_DIR / "docker-compose.yaml"
 GO_FALLBACK = Path("/usr/local/go/bin/go")
@@ -202,23 +202,39 @@ def test_tables_are_shared_by_drivers_and_executors(stack: Summary, roles: dict[
         assert "SPARK_LOCAL_IP" not in service["environment"], name
 
 
-def test_secrets_only_through_interpolation_with_dev_defaults(stack: Summary) -> None:
+SECRETS = {"POSTGRES_PASSWORD", "AIRFLOW_JWT_SECRET", "AIRFLOW_FERNET_KEY"}
+
+
+def test_secrets_are_required_and_have_no_default(stack: Summary) -> None:
     # Policy: a secret (a variable named like PASSWORD/SECRET/TOKEN/FERNET/..., the password of
     # a URI such as the SQLAlchemy URL, or a "password" field in a JSON connection) may appear in
-    # docker-compose.yaml only as one ${VAR:-default} interpolation. The default keeps
-    # `docker compose up` working on a laptop with throwaway dev values; any real deployment
-    # sets VAR in its environment or a .env file, and no literal is ever copied from this file.
-    # composecheck reports literals as problems (the `stack` fixture requires none); here we
-    # also require every secret to be interpolated and every variable to have a default.
+    # docker-compose.yaml only as a ${VAR:?message} interpolation: compose refuses to start
+    # until it is set, so no usable secret ever ships in this file (a default would be one,
+    # and an empty Fernet key stores connections unencrypted). composecheck reports literals as
+    # problems (the `stack` fixture requires none); other variables keep a default.
     for name, service in stack["services"].items():
         unprotected = set(service["environment_secrets"]) - set(service["environment_interpolated"])
         assert not unprotected, f"{name}: {sorted(unprotected)}"
-    assert stack["variables"], "the file interpolates its secrets"
-    assert all(v["has_default"] for v in stack["variables"]), stack["variables"]
+    variables = {v["name"]: v for v in stack["variables"]}
+    assert SECRETS <= set(variables), sorted(variables)
+    for name in SECRETS:
+        assert variables[name]["required"] and not variables[name]["has_default"], name
+    assert all(v["has_default"] or v["required"] for v in variables.values()), variables
     secret_holders = {
         name for name, service in stack["services"].items() if service["environment_secrets"]
     }
     assert secret_holders, "the database password at least is declared as a secret"
+
+
+def test_ports_are_published_on_the_loopback_address_only(stack: Summary) -> None:
+    published = [
+        (name, port)
+        for name, service in stack["services"].items()
+        for port in service["ports"] or []
+        if port.get("published")
+    ]
+    assert published, "the UI is published"
+    assert all(port.get("host_ip") == "127.0.0.1" for _, port in published), published
 
 
 # --- the tool itself catches what it should ------------------------------------------------
@@ -237,6 +253,11 @@ BAD_FILES = {
     "variable without default": (
         "services:\n  db:\n    image: postgres:${PG_TAG}\n",
         "${PG_TAG} has no default",
+    ),
+    "secret with a default": (
+        "services:\n  db:\n    image: postgres:16\n"
+        "    environment:\n      POSTGRES_PASSWORD: ${PG_PASSWORD:-hunter2-literal}\n",
+        "POSTGRES_PASSWORD holds a secret with a default",
     ),
     "unknown dependency": (
         "services:\n  app:\n    image: busybox\n    depends_on:\n      nope:\n"

@@ -198,7 +198,7 @@ def test_offsets_that_aged_out_stop_bronze_with_a_named_error(kafka_lake: KafkaL
     assert lake.version("bronze/orders_events") == version
 
     # A run told to accept the loss reads what is left and records what it skipped.
-    assert lake.run("bronze", "--accept-data-loss") == 0
+    assert lake.run("bronze", "--accept-data-loss", *lake.granted("accept_data_loss")) == 0
     values = sorted(r[0] for r in lake.rows("bronze/orders_events", ["raw_value"]))
     assert values == sorted([f'{{"n": {i}}}' for i in range(10)] + ['{"n": 20}'])
     status, details_json = kafka_lake.run_log("status", "details")[-1]
@@ -415,7 +415,10 @@ def test_airflow_reads_kafka_over_sasl_and_the_password_shows_nowhere(
     (from a secrets backend) logging in to the broker's SASL listener. The password is a
     canary: it must not appear in the task logs, the rendered fields or XCom (Airflow's
     database), the command line or environment of any process during the run, the run log
-    or any file of the lake, and the access file must be gone afterwards."""
+    or any file of the lake, and the access file must be gone afterwards. A second canary, a
+    secret Spark setting in LAKEHOUSE_SPARK_CONF (where a deployment puts an s3a key), must not
+    appear in those places either, nor in the command line of any process or the environment
+    of the job's processes (the worker's own environment is where the setting lives)."""
     from lakehouse.local import services
     from lakehouse.local.env import airflow_home
 
@@ -443,6 +446,8 @@ def test_airflow_reads_kafka_over_sasl_and_the_password_shows_nowhere(
     connections.chmod(0o600)
     task_tmp = tmp_path / "task-tmp"
     task_tmp.mkdir()
+    spark_canary = f"spark-canary-{secrets.token_hex(12)}"
+    spark_conf = {"spark.hadoop.fs.s3a.secret.key": spark_canary, "spark.executor.memory": "1g"}
     env = subprocess_env(
         settings,
         LAKEHOUSE_ROOT=str(lake.root),
@@ -450,6 +455,7 @@ def test_airflow_reads_kafka_over_sasl_and_the_password_shows_nowhere(
         AIRFLOW__SECRETS__BACKEND_KWARGS=json.dumps({"connections_file_path": str(connections)}),
         AIRFLOW__LOGGING__BASE_LOG_FOLDER=str(tmp_path / "logs"),
         TMPDIR=str(task_tmp),
+        LAKEHOUSE_SPARK_CONF=json.dumps(spark_conf),
     )
     env.pop("LAKEHOUSE_KAFKA_BOOTSTRAP")  # the connection names the brokers
     env.pop("LAKEHOUSE_FAULT", None)
@@ -469,6 +475,9 @@ def test_airflow_reads_kafka_over_sasl_and_the_password_shows_nowhere(
             for pid, (cmdline, environ) in _processes().items():
                 if canary in cmdline or canary.encode() in environ:
                     exposed.append(cmdline[:300])
+                job = "SparkSubmit" in cmdline or "jobs/" in cmdline
+                if spark_canary in cmdline or (job and spark_canary.encode() in environ):
+                    exposed.append(f"Spark setting: {cmdline[:300]}")
                 if "jobs/bronze.py" in cmdline and "SparkSubmit" in cmdline:
                     bronze_submits.add(pid)
             time.sleep(0.2)
@@ -490,19 +499,31 @@ def test_airflow_reads_kafka_over_sasl_and_the_password_shows_nowhere(
         p.read_bytes() for p in airflow_home(settings).glob("airflow.db*") if p.is_file()
     )
     leaks = {
-        "task output": canary in output,
+        "task output": canary in output or spark_canary in output,
         "task log files": any(
-            canary.encode() in p.read_bytes() for p in (tmp_path / "logs").rglob("*") if p.is_file()
+            secret in p.read_bytes()
+            for p in (tmp_path / "logs").rglob("*")
+            if p.is_file()
+            for secret in (canary.encode(), spark_canary.encode())
         ),
-        "Airflow database (XCom, rendered fields)": canary.encode() in database,
+        "Airflow database (XCom, rendered fields)": canary.encode() in database
+        or spark_canary.encode() in database,
         "process command lines or environments": bool(exposed),
-        "run log": canary in repr(lake.rows("ops/run_log")),
+        "run log": canary in repr(lake.rows("ops/run_log"))
+        or spark_canary in repr(lake.rows("ops/run_log")),
         "lake files": any(
-            canary.encode() in p.read_bytes() for p in lake.root.rglob("*") if p.is_file()
+            secret in p.read_bytes()
+            for p in lake.root.rglob("*")
+            if p.is_file()
+            for secret in (canary.encode(), spark_canary.encode())
         ),
         "the access file, left behind": any(task_tmp.rglob("kafka-access.json")),
+        "the Spark properties file, left behind": any(task_tmp.rglob("spark.properties")),
         "temporary files": any(
-            canary.encode() in p.read_bytes() for p in task_tmp.rglob("*") if p.is_file()
+            secret in p.read_bytes()
+            for p in task_tmp.rglob("*")
+            if p.is_file()
+            for secret in (canary.encode(), spark_canary.encode())
         ),
     }
     assert leaks == dict.fromkeys(leaks, False)

@@ -228,7 +228,9 @@ def test_backup_more_runs_restore_and_rerun_hold_the_contract(lake: Lake) -> Non
     # 200 hours later Delta no longer reads those versions back (deletedFileRetentionDuration
     # is 168 h): the restore is refused with the reason, and nothing changes.
     age_tables(lake, 200)
-    code, summary = maintain(lake, "--restore", "silver", "--backup-id", backup_id)
+    code, summary = maintain(
+        lake, *lake.granted("restore"), "--restore", "silver", "--backup-id", backup_id
+    )
     age_tables(lake, -200)
     assert code == 2
     assert summary["error"].startswith("CheckpointInconsistent: refused to restore orders.silver")
@@ -238,11 +240,15 @@ def test_backup_more_runs_restore_and_rerun_hold_the_contract(lake: Lake) -> Non
 
     # A restore that dies half-way blocks the pipeline until it is run again.
     lake.monkeypatch.setenv("LAKEHOUSE_FAULT", "restore.before_checkpoint")
-    code, _ = maintain(lake, "--restore", "silver", "--backup-id", backup_id)
+    code, _ = maintain(
+        lake, *lake.granted("restore"), "--restore", "silver", "--backup-id", backup_id
+    )
     lake.monkeypatch.delenv("LAKEHOUSE_FAULT")
     assert code == 1
     assert lake.run("silver") == 2, "a layer job ran during an unfinished restore"
-    code, summary = maintain(lake, "--restore", "silver", "--backup-id", "latest")
+    code, summary = maintain(
+        lake, *lake.granted("restore"), "--restore", "silver", "--backup-id", "latest"
+    )
     assert code == 0, summary
     restored = actions(summary, "restore")["orders.silver"]["details"]
     assert restored["resumed"] and restored["reset"] == ["orders.gold", "segment_sales.gold"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 
 import pytest
 
@@ -265,18 +264,18 @@ def test_a_manifest_survives_its_json() -> None:
     assert BackupManifest.from_json(manifest.to_json()) == manifest
 
 
-def test_only_restore_admins_may_trigger_a_restore() -> None:
+def test_restore_args_come_from_the_params() -> None:
     from lakehouse_airflow.operators import restore_args
 
-    settings = Settings.from_env({"LAKEHOUSE_RESTORE_ADMINS": "admin, ops-lead"})
+    settings = Settings.from_env({})
     params = {"pipeline": "orders", "layer": "silver", "backup_id": "latest", "dry_run": False}
-    context = {"dag_run": SimpleNamespace(triggering_user_name="ops-lead")}
-    assert restore_args(context, params, settings) == [  # type: ignore[arg-type]
+    assert restore_args({}, params, settings) == [  # type: ignore[arg-type]
         "--restore",
         "silver",
         "--backup-id",
         "latest",
     ]
-    context = {"dag_run": SimpleNamespace(triggering_user_name="viewer")}
-    with pytest.raises(InvalidRunParams, match="triggered by viewer"):
-        restore_args(context, params, settings)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRunParams, match="no bronze layer"):
+        restore_args(  # type: ignore[arg-type]
+            {}, {**params, "pipeline": "segment_sales", "layer": "bronze"}, settings
+        )

@@ -95,7 +95,9 @@ type service struct {
 type variable struct {
 	Name       string `json:"name"`
 	HasDefault bool   `json:"has_default"`
-	Set        bool   `json:"set"`
+	// ${VAR:?message}: compose refuses to start until VAR is set (a secret without default).
+	Required bool `json:"required"`
+	Set      bool `json:"set"`
 }
 
 type stage struct {
@@ -179,6 +181,15 @@ func check(ctx context.Context, file string, osEnv bool) (*summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A required variable (${VAR:?...}) that is not set would stop the load: check the file
+	// with a placeholder in its place, and report the variable as not set.
+	placeholders := map[string]bool{}
+	for _, v := range variables(raw, opts.Environment) {
+		if v.Required && !v.Set {
+			opts.Environment[v.Name] = "composecheck-placeholder"
+			placeholders[v.Name] = true
+		}
+	}
 	project, err := opts.LoadProject(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("compose-go rejected the file: %w", err)
@@ -202,10 +213,14 @@ func check(ctx context.Context, file string, osEnv bool) (*summary, error) {
 		Dockerfiles: []dockerfile{},
 		Problems:    []string{},
 	}
-	for _, v := range out.Variables {
-		if !v.HasDefault && !v.Set {
-			out.problem("${%s} has no default and is not set: give it one (${%s:-dev-value})",
-				v.Name, v.Name)
+	for i, v := range out.Variables {
+		if placeholders[v.Name] {
+			out.Variables[i].Set = false
+			continue
+		}
+		if !v.HasDefault && !v.Required && !v.Set {
+			out.problem("${%s} has no default and is not set: give it one (${%s:-dev-value}), "+
+				"or require it (${%s:?message})", v.Name, v.Name, v.Name)
 		}
 	}
 
@@ -309,7 +324,11 @@ func summarize(dir, name string, s types.ServiceConfig, raw map[string]string,
 		if secret {
 			svc.Secrets = append(svc.Secrets, key)
 			if literal {
-				out.problem("service %s: %s holds a literal secret; use ${SOME_VAR:-dev-default}",
+				out.problem("service %s: %s holds a literal secret; use ${SOME_VAR:?message}",
+					name, key)
+			} else if withDefault.MatchString(stripEscapes(rawValue)) {
+				out.problem("service %s: %s holds a secret with a default, which would be "+
+					"usable by anyone who reads this file; require it with ${SOME_VAR:?message}",
 					name, key)
 			}
 			continue
@@ -352,6 +371,9 @@ const masked = "\x00"
 // secretParts says whether a raw (uninterpolated) value carries a secret, and whether any
 // secret part of it is a literal rather than one ${...} interpolation. An empty secret is
 // not a literal (it means "unset").
+// An interpolation with a default value (${VAR:-x} or ${VAR-x}).
+var withDefault = regexp.MustCompile(`\$\{[A-Za-z_][A-Za-z0-9_]*:?-[^}]*\}`)
+
 func secretParts(name, raw string) (secret, literal bool) {
 	raw = stripEscapes(raw)
 	if secretName.MatchString(name) {
@@ -428,6 +450,9 @@ func variables(raw []byte, env types.Mapping) []variable {
 			}
 			if strings.HasPrefix(op, ":-") || strings.HasPrefix(op, "-") {
 				v.HasDefault = true
+			}
+			if strings.HasPrefix(op, ":?") || strings.HasPrefix(op, "?") {
+				v.Required = true
 			}
 		}
 	}

@@ -17,9 +17,12 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tempfile
 from datetime import UTC, datetime
+from pathlib import Path
 
 from lakehouse.backups import MANIFEST, BackupManifest, backups_root, is_backup_id
+from lakehouse.errors import NotAuthorized
 from lakehouse.local.env import subprocess_env
 from lakehouse.registry import registry
 from lakehouse.settings import Settings
@@ -30,8 +33,12 @@ def submit(settings: Settings, pipeline: str, args: list[str]) -> int:
     """Run ``jobs/maintenance.py`` with spark-submit; its output goes to this terminal."""
     run_id = f"cli__{datetime.now(UTC):%Y%m%dT%H%M%S}"
     spec = job_submit_spec(settings, pipeline, "maintenance", run_id=run_id, extra_args=tuple(args))
-    command = spec.argv(settings.spark_master or LOCAL_MASTER)
-    return subprocess.run(command, env=subprocess_env(settings), check=False).returncode
+    # The extra Spark settings (maybe secret) go in an owner-only file, never on the command line.
+    with tempfile.TemporaryDirectory(prefix="lakehouse-") as scratch:
+        properties = spec.write_properties(Path(scratch))
+        command = spec.argv(settings.spark_master or LOCAL_MASTER, properties_file=properties)
+        env = subprocess_env(settings, **({"LAKEHOUSE_SPARK_CONF": "{}"} if properties else {}))
+        return subprocess.run(command, env=env, check=False).returncode
 
 
 def list_backups(settings: Settings, pipeline: str) -> str:
@@ -74,6 +81,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backup-id", default="latest")
     parser.add_argument("--check", action="store_true", help="run the checks; change nothing")
     ns = parser.parse_args(rest)
+    if not ns.check:
+        # A restore that changes anything needs a grant that only Airflow gives, to a user its
+        # auth manager permits (the job refuses it otherwise): a shell user is nobody to it.
+        raise NotAuthorized(
+            "a restore that changes anything runs through Airflow, as a permitted user: "
+            "trigger lakehouse_restore from the UI, or `curl -X POST -H 'Authorization: Bearer "
+            "<token>' <airflow>/api/v2/dags/lakehouse_restore/dagRuns -d '{\"conf\": "
+            f'{{"pipeline": "{ns.pipeline}", "layer": "{ns.layer}", "backup_id": '
+            f'"{ns.backup_id}", "dry_run": false}}}}\'`. `lakehouse restore ... --check` runs '
+            "the checks from here."
+        )
     args = ["--restore", ns.layer, "--backup-id", ns.backup_id]
     return submit(settings, ns.pipeline, [*args, "--dry-run"] if ns.check else args)
 
