@@ -39,12 +39,13 @@ from jobs.delta_writes import last_commit_metrics, match_on, rows_written_since,
 from jobs.runtime import JobContext, StreamResult, run_layer, run_stream
 from jobs.tables import ensure_table
 from jobs.transforms import filter_not_blank, with_kafka_lineage, with_raw_record
+from jobs.validation import with_stored_hints
 from lakehouse.checkpoints import Checkpoint
 from lakehouse.errors import ConfigurationError, InvalidRunParams
 from lakehouse.kafka import brokers, offsets
 from lakehouse.kafka.access import KafkaAccess
 from lakehouse.settings import SourceKind
-from lakehouse.specs import BRONZE_SCHEMA, Layer, schema_fields
+from lakehouse.specs import BRONZE_SCHEMA, Layer, RecordSpec, schema_fields
 
 BRONZE_FIELDS = schema_fields(BRONZE_SCHEMA)
 
@@ -103,10 +104,11 @@ def read_kafka(ctx: JobContext) -> tuple[DataFrame, dict[str, Any]]:
     return records_df, report.details()
 
 
-def to_bronze(records_df: DataFrame) -> DataFrame:
-    """Source records in the bronze shape: missing lineage columns are null."""
+def to_bronze(records_df: DataFrame, record: RecordSpec) -> DataFrame:
+    """Source records in the bronze shape, with their time and key hints; missing lineage
+    columns are null."""
     ingested_at = F.current_timestamp()
-    records_df = records_df.withColumn("ingested_at", ingested_at)
+    records_df = with_stored_hints(records_df, record).withColumn("ingested_at", ingested_at)
     records_df = records_df.withColumn("ingest_date", F.to_date("ingested_at"))
     return records_df.select(
         *[
@@ -114,6 +116,11 @@ def to_bronze(records_df: DataFrame) -> DataFrame:
             for name, type_ddl in BRONZE_FIELDS
         ]
     )
+
+
+def record(ctx: JobContext) -> RecordSpec:
+    assert ctx.pipeline.record is not None, f"{ctx.pipeline.name} declares no record"
+    return ctx.pipeline.record
 
 
 def checkpoint_offsets(ctx: JobContext) -> dict[offsets.TopicPartition, int] | None:
@@ -171,7 +178,9 @@ def replay_kafka(ctx: JobContext, location: str) -> dict[str, Any]:
         .option("failOnDataLoss", "true")
         .load()
     )
-    records_df = to_bronze(with_kafka_lineage(with_raw_record(kafka_df, strip_line_end=False)))
+    records_df = to_bronze(
+        with_kafka_lineage(with_raw_record(kafka_df, strip_line_end=False)), record(ctx)
+    ).withColumn("replayed_at", F.current_timestamp())
     # The range's timestamps may not all fall inside the window (Kafka timestamps need not
     # grow with offsets); the offsets are what was asked of the brokers, all of them count.
     version_before = table_version(ctx.spark, location)
@@ -230,7 +239,7 @@ def body(ctx: JobContext) -> StreamResult:
     records_df, details = read_source(ctx)
     location = ensure_table(ctx.spark, ctx.settings, target)
     writer = (
-        to_bronze(records_df)
+        to_bronze(records_df, record(ctx))
         .writeStream.format("delta")
         .outputMode("append")
         .partitionBy(*target.partition_by)

@@ -36,7 +36,15 @@ from jobs.delta_writes import append_once
 from jobs.kinds import SilverKind, kind_for
 from jobs.runtime import JobContext, StreamResult, checkpoint_query_id, run_layer, run_stream
 from jobs.tables import ensure_table
-from jobs.validation import KEY_HINT, VALID_COL, time_hint, with_hints, with_validation
+from jobs.validation import (
+    KEY_HINT,
+    STORED_KEY_HINT,
+    STORED_TIME_HINT,
+    VALID_COL,
+    time_hint,
+    with_hints,
+    with_validation,
+)
 from lakehouse.errors import ExpectationFailed
 from lakehouse.params import Mode
 from lakehouse.specs import Expectation, Layer, PipelineSpec, TableSpec
@@ -75,6 +83,8 @@ def measure(marked_df: DataFrame, pipeline: PipelineSpec) -> dict[str, int]:
     rules over the valid records, the others over the valid records not dropped)."""
     valid, kept = F.col(VALID_COL), F.col(VALID_COL) & ~F.col(_DROPPED)
     figures = [F.count_if(valid).alias("valid"), F.count_if(~valid).alias("invalid")]
+    if "replayed_at" in marked_df.columns:
+        figures.append(F.count_if(~valid & F.col("replayed_at").isNotNull()).alias("replayed"))
     for rule in pipeline.expectations:
         scope = valid if rule.action == "drop" else kept
         figures.append(F.count_if(scope & broken(rule)).alias(rule.name))
@@ -91,6 +101,23 @@ def check_failures(counts: dict[str, int], pipeline: PipelineSpec, where: str) -
             f"{pipeline.name}: the fail expectation(s) {what} broken in {where}; nothing of it "
             "was written."
         )
+
+
+_LINEAGE = ("kafka_topic", "kafka_partition", "kafka_offset")
+
+
+def not_quarantined_yet(ctx: JobContext, quarantine_df: DataFrame) -> DataFrame:
+    """Invalid records without those the quarantine already holds (by Kafka lineage): a
+    Kafka replay adds back records a manual DELETE took out of bronze, which silver had
+    already judged."""
+    assert ctx.pipeline.silver is not None
+    held_df = (
+        ctx.spark.read.format("delta")
+        .load(ctx.path(ctx.pipeline.silver.quarantine))
+        .where(F.col("kafka_offset").isNotNull())
+        .select(*_LINEAGE)
+    )
+    return quarantine_df.join(held_df, list(_LINEAGE), "left_anti")
 
 
 def make_batch_writer(
@@ -143,17 +170,24 @@ def rederive(
     pipeline = ctx.pipeline
     assert pipeline.record is not None and pipeline.silver is not None
     record = pipeline.record
-    bronze_df = with_hints(
-        ctx.spark.read.format("delta").load(ctx.path(ctx.stream.sources[0])), record
-    )
+    stored_df = ctx.spark.read.format("delta").load(ctx.path(ctx.stream.sources[0]))
+    bronze_df = with_hints(stored_df, record)
     keys_df = None
     candidates_df = bronze_df
     hint = F.col(time_hint(record))
     if window is not None:
         start, end = window
         in_window = (hint >= F.lit(start)) & (hint < F.lit(end))
+        # The records of the window, found from bronze's stored hints (files whose hints
+        # all fall outside the window are skipped by Delta's statistics); rows older than
+        # the hints are parsed.
+        stored = F.col(STORED_TIME_HINT)
+        maybe = ((stored >= F.lit(start)) & (stored < F.lit(end))) | (
+            stored.isNull() & F.col(STORED_KEY_HINT).isNull()
+        )
         keys_df = (
-            bronze_df.where(in_window & F.col(KEY_HINT).isNotNull())
+            with_hints(stored_df.where(maybe), record)
+            .where(in_window & F.col(KEY_HINT).isNotNull())
             .select(F.col(KEY_HINT).alias(record.key))
             .distinct()
             .persist(StorageLevel.MEMORY_AND_DISK)
@@ -239,7 +273,15 @@ def body(ctx: JobContext) -> StreamResult:
         ensure_table(ctx.spark, ctx.settings, spec)
     app_id = checkpoint_query_id(ctx.spark, ctx.checkpoint)
     kind = kind_for(ctx, app_id)
-    bronze_df = ctx.spark.readStream.format("delta").load(ctx.path(source.name))
+    # Bronze is append-only: its own writes only add files (a Kafka replay too: an insert-only
+    # MERGE). A commit that removes rows is a manual DELETE, UPDATE or RESTORE: silver keeps
+    # what it derived from those rows instead of failing, and a replay that adds them back is
+    # not quarantined twice (see write_batch).
+    bronze_df = (
+        ctx.spark.readStream.format("delta")
+        .option("skipChangeCommits", "true")
+        .load(ctx.path(source.name))
+    )
     writer = bronze_df.writeStream.foreachBatch(ctx.guarded(make_batch_writer(ctx, kind, app_id)))
     # Every mode first catches the stream up: afterwards each bronze record is in silver, in
     # quarantine or dropped exactly once, and the checkpoint stays the only thing that moves it.

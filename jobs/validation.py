@@ -277,6 +277,8 @@ def with_validation(bronze_df: DataFrame, record: RecordSpec) -> DataFrame:
 
 
 KEY_HINT = "_key_hint"
+# Bronze's own copies of the hints, taken at ingest (null in rows older than the columns).
+STORED_TIME_HINT, STORED_KEY_HINT = "time_hint", "key_hint"
 
 
 def time_hint(record: RecordSpec) -> str:
@@ -284,16 +286,31 @@ def time_hint(record: RecordSpec) -> str:
     return f"{record.time}_hint"
 
 
+def _parsed_hints(raw: Column, record: RecordSpec) -> tuple[Column, Column]:
+    hints = F.from_json(raw, f"`{record.time}` STRING, `{record.key}` STRING")
+    return hints[record.time].try_cast("timestamp"), hints[record.key]
+
+
+def with_stored_hints(records_df: DataFrame, record: RecordSpec) -> DataFrame:
+    """Bronze's ``time_hint`` and ``key_hint`` for new records (one small parse at ingest)."""
+    time, key = _parsed_hints(F.col("raw_value"), record)
+    return records_df.withColumn(STORED_TIME_HINT, time).withColumn(STORED_KEY_HINT, key)
+
+
 def with_hints(records_df: DataFrame, record: RecordSpec) -> DataFrame:
     """Add ``<time>_hint`` and ``_key_hint``: the record's time and key as far as they can be
     read from any record, valid or not (null when they cannot).
 
-    One cheap parse with a two-field schema; it selects the records a reprocess window
-    touches. For a valid record the hints equal its validated time and key.
+    Bronze keeps both from ingest (``time_hint``, ``key_hint``); only rows older than those
+    columns (both null) are parsed again, inside the branch that needs it, so that a
+    reprocess reads two small columns instead of parsing every record. For a valid record
+    the hints equal its validated time and key.
     """
-    hints = F.from_json(F.col("raw_value"), f"`{record.time}` STRING, `{record.key}` STRING")
-    return records_df.withColumn("__hints", hints).select(
-        *records_df.columns,
-        F.col(f"__hints.{record.time}").try_cast("timestamp").alias(time_hint(record)),
-        F.col(f"__hints.{record.key}").alias(KEY_HINT),
+    time, key = _parsed_hints(F.col("raw_value"), record)
+    if {STORED_TIME_HINT, STORED_KEY_HINT} <= set(records_df.columns):
+        legacy = F.col(STORED_TIME_HINT).isNull() & F.col(STORED_KEY_HINT).isNull()
+        time = F.when(legacy, time).otherwise(F.col(STORED_TIME_HINT))
+        key = F.when(legacy, key).otherwise(F.col(STORED_KEY_HINT))
+    return records_df.select(
+        *records_df.columns, time.alias(time_hint(record)), key.alias(KEY_HINT)
     )

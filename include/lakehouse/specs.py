@@ -155,11 +155,16 @@ class TableSpec:
 
 # Columns every bronze table has, whatever the source: the record's text exactly as
 # delivered, and where it came from. A line that is not valid UTF-8 keeps its bytes.
+# time_hint and key_hint are the record's time and key as far as they can be read (null when
+# they cannot): a reprocess finds the records of its window and their keys from these two
+# small columns, without parsing every record again. replayed_at: when a Kafka replay added
+# the row again (silver then quarantines it only if it is not already there).
 BRONZE_SCHEMA = (
     "raw_value STRING, raw_bytes BINARY, source STRING, source_file STRING, "
     "source_file_modified_at TIMESTAMP, kafka_topic STRING, kafka_partition INT, "
     "kafka_offset BIGINT, kafka_timestamp TIMESTAMP, kafka_key STRING, "
-    "ingested_at TIMESTAMP, ingest_date DATE"
+    "ingested_at TIMESTAMP, ingest_date DATE, time_hint TIMESTAMP, key_hint STRING, "
+    "replayed_at TIMESTAMP"
 )
 
 
