@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from lakehouse.errors import NotAuthorized
+from lakehouse.fs import write_private
 
 GRANT_FILE_ENV = "LAKEHOUSE_GRANT_FILE"
 RESTORE_DAG = "lakehouse_restore"
@@ -86,10 +87,7 @@ class Grant:
     actions: tuple[str, ...]
 
     def write(self, path: Path) -> Path:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(asdict(self), handle)
-        return path
+        return write_private(path, json.dumps(asdict(self)))
 
     @classmethod
     def read(cls, path: str | Path) -> Grant:

@@ -9,12 +9,25 @@ is read as ``s3://``). The Spark side implements the same protocol over Hadoop's
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlparse
 
 if TYPE_CHECKING:
     from lakehouse.settings import Settings
+
+
+def write_private(path: Path, text: str, *, replace: bool = False) -> Path:
+    """Write ``text`` to a local file only its owner can read (secrets handed to a job, the
+    local services' credentials). Created new (``FileExistsError`` if it exists) unless
+    ``replace``; the mode is set at creation, never widened after."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if replace else os.O_EXCL)
+    fd = os.open(path, flags, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(path, 0o600)  # an older file created with a wider mode
+    return path
 
 
 class Storage(Protocol):

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from lakehouse.fs import write_private
+
 # Spark hides the value of every setting or source option whose key or value matches this, in
 # logs, plans, the UI and event logs. Spark's default (the first four) misses the Kafka
 # source's SASL login (its value does say "password", its key not) and TLS key and truststore
@@ -135,8 +137,5 @@ def _escape(text: str) -> str:
 def write_properties(path: Path, conf: Mapping[str, str]) -> Path:
     """Write ``conf`` as a Spark properties file at ``path``, created new and readable by its
     owner only (spark-submit ``--properties-file``)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as handle:
-        for key, value in sorted(conf.items()):
-            handle.write(f"{_escape(key)}={_escape(value)}\n")
-    return path
+    lines = [f"{_escape(key)}={_escape(value)}\n" for key, value in sorted(conf.items())]
+    return write_private(path, "".join(lines))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lakehouse.errors import ConfigurationError
+from lakehouse.fs import write_private
 from lakehouse.settings import Settings
 
 ACCESS_FILE_ENV = "LAKEHOUSE_KAFKA_ACCESS_FILE"
@@ -177,10 +178,7 @@ class KafkaAccess:
 
     def write(self, path: Path) -> Path:
         """Write these settings to ``path``, created new and readable by its owner only."""
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(asdict(self), handle)
-        return path
+        return write_private(path, json.dumps(asdict(self)))
 
     @classmethod
     def read(cls, path: str | Path) -> KafkaAccess:

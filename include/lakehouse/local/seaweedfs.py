@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lakehouse.errors import ConfigurationError, GoNotFound
+from lakehouse.fs import write_private
 from lakehouse.settings import Settings
 
 MODULE = "github.com/seaweedfs/seaweedfs"
@@ -143,12 +144,9 @@ def local_credentials(settings: Settings, *, create: bool = False) -> LocalCrede
             "secret_access_key": secrets.token_urlsafe(30),
         }
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            write_private(path, json.dumps(made))
         except FileExistsError:
             pass  # another process made them first; read theirs
-        else:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(made, handle)
     data = json.loads(path.read_text())
     return LocalCredentials(data["access_key_id"], data["secret_access_key"])
 

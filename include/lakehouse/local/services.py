@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lakehouse.errors import ConfigurationError, LakehouseError, S3Error
+from lakehouse.fs import write_private
 from lakehouse.jars import jar_dir, jar_files, resolve_all
 from lakehouse.local import seaweedfs
 from lakehouse.local.env import subprocess_env
@@ -286,9 +287,7 @@ def kafka_plain_password(settings: Settings) -> str:
     path = kafka_dir(settings) / "plain-password"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(secrets.token_urlsafe(18))
+        write_private(path, secrets.token_urlsafe(18))
     return path.read_text().strip()
 
 
@@ -355,10 +354,8 @@ def kafka_processes(settings: Settings) -> list[Process]:
     config = base / "server.properties"
     base.mkdir(parents=True, exist_ok=True)
     # The file holds the PLAIN user's password: readable by this user only.
-    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(_kafka_properties(data_dir, ports, kafka_plain_password(settings)))
-    os.chmod(config, 0o600)
+    properties = _kafka_properties(data_dir, ports, kafka_plain_password(settings))
+    write_private(config, properties, replace=True)
     classpath = f"{jar_dir(settings, 'kafka')}/*"
     jvm = [java, "-Xmx768m", "-Xms256m", "-cp", classpath]
 
@@ -499,10 +496,7 @@ def s3_processes(settings: Settings) -> list[Process]:
     data_dir = base / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
     identities = base / "identities.json"
-    fd = os.open(identities, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(_s3_identities(server.credentials))
-    os.chmod(identities, 0o600)
+    write_private(identities, _s3_identities(server.credentials), replace=True)
     master, volume, filer, admin = server.internal_ports
     argv = [
         str(weed),
