@@ -57,7 +57,7 @@ test-fast: $(STAMP) ## The unit tests only: no JVM, no service (tests/unit, abou
 
 .PHONY: bench
 bench: setup ## Benchmarks B1-B6 as ratios against baselines of the same run (BENCH_ARGS="--events 100000")
-	@$(PY) -m lakehouse.local.bench $(BENCH_ARGS)
+	@$(PY) -m jobs.bench $(BENCH_ARGS)
 
 .PHONY: browser
 browser: ## Debian's chromium for the UI test (apt-get, once; needs root)

@@ -18,7 +18,7 @@ Spark session (so B1, B2, B5 and B6 compare work, not JVM starts); B4 and the Ai
 start processes, as a scheduled run does. The table is printed and written as JSON
 (``build/bench/bench.json``; ``--out`` elsewhere).
 
-    python -m lakehouse.local.bench [--events 100000] [--out build/bench/bench.json]
+    python -m jobs.bench [--events 100000] [--out build/bench/bench.json]
 """
 
 from __future__ import annotations

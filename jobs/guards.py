@@ -12,8 +12,8 @@ here with a named error, within seconds and with nothing written:
 * ``CheckpointForeign``: the checkpoint has committed batches but its query id is not among
   the writers of a table that has data.
 
-``full_refresh`` of silver or gold may start over from a missing checkpoint: it overwrites
-the tables from their source after the stream catches up.
+``full_refresh`` of silver or gold is the way out of each: it overwrites the tables from
+their source after the stream catches up, so what the stream does first cannot matter.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ def check_checkpoint(
     spark: SparkSession, settings: Settings, stream: StreamSpec, params: RunParams
 ) -> None:
     """Refuse to run when ``stream``'s checkpoint and tables disagree (see above)."""
+    if params.mode == Mode.FULL_REFRESH and stream.layer != Layer.BRONZE:
+        return
     log = Checkpoint(HadoopStorage(spark), settings.path(stream.checkpoint)).log()
-    rebuilding = params.mode == Mode.FULL_REFRESH and stream.layer != Layer.BRONZE
     where = f"{stream.name} (checkpoint {stream.checkpoint})"
     for table in stream.targets:
         location = settings.path(table)
@@ -43,7 +44,7 @@ def check_checkpoint(
         state = table_state(spark, location)
         has_rows = int(state.jsnapshot.numOfFiles()) > 0
         if log.query_id is None:
-            if has_rows and not rebuilding:
+            if has_rows:
                 raise CheckpointMissing(
                     f"{table} has data but the checkpoint of {where} is missing."
                 )

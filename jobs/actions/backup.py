@@ -18,18 +18,8 @@ from importlib.metadata import PackageNotFoundError, version
 from jobs import storage
 from jobs.actions.context import ActionContext, Outcome
 from jobs.delta_state import is_delta_table, table_state
-from lakehouse.backups import (
-    MANIFEST,
-    BackupManifest,
-    SinkState,
-    SourceState,
-    StreamBackup,
-    backup_dir,
-    backups_root,
-    backups_to_drop,
-    is_backup_id,
-    new_backup_id,
-)
+from lakehouse import backups
+from lakehouse.backups import BackupManifest, SinkState, SourceState, StreamBackup
 from lakehouse.checkpoints import DeltaPosition, txn_problem
 from lakehouse.errors import CheckpointInconsistent
 from lakehouse.specs import PipelineSpec, StreamSpec
@@ -97,15 +87,15 @@ def is_partial(name: str) -> bool:
 def backup_checkpoints(ctx: ActionContext, pipeline: PipelineSpec, keep_backups: int) -> Outcome:
     """Copy every checkpoint of ``pipeline`` with its manifest; keep the newest N backups."""
     spark = ctx.spark
-    root = ctx.path(backups_root(pipeline.name))
+    root = ctx.path(backups.backups_root(pipeline.name))
     targets = [t for stream in pipeline.streams for t in stream.targets]
     with ctx.locked(targets) as waited_s:
         # A backup killed part-way leaves its hidden copy; under these locks none is running.
         stale = [n for n in storage.list_names(spark, root) if is_partial(n)]
         for name in stale:
             storage.delete(spark, f"{root}/{name}")
-        backup_id = new_backup_id()
-        final = ctx.path(backup_dir(pipeline.name, backup_id))
+        backup_id = backups.new_backup_id()
+        final = ctx.path(backups.backup_dir(pipeline.name, backup_id))
         partial = f"{root}/.{backup_id}.partial"  # a hidden name until it is complete
         streams: dict[str, StreamBackup] = {}
         for stream in pipeline.streams:
@@ -133,10 +123,10 @@ def backup_checkpoints(ctx: ActionContext, pipeline: PipelineSpec, keep_backups:
             delta_version=_package_version("delta-spark"),
             streams=streams,
         )
-        storage.write_text(spark, f"{partial}/{MANIFEST}", manifest.to_json())
+        storage.write_text(spark, f"{partial}/{backups.MANIFEST}", manifest.to_json())
         storage.rename(spark, partial, final)
-    existing = [n for n in storage.list_names(spark, root) if is_backup_id(n)]
-    dropped = backups_to_drop(existing, keep_backups)
+    existing = [n for n in storage.list_names(spark, root) if backups.is_backup_id(n)]
+    dropped = backups.backups_to_drop(existing, keep_backups)
     for old in dropped:
         storage.delete(spark, f"{root}/{old}")
     details = {

@@ -13,17 +13,37 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from jobs.delta_state import Commit, TableState, history, is_delta_table, table_state
 from jobs.runtime import JobRun, RunRecord
 from jobs.storage import HadoopStorage
 from lakehouse.checkpoints import Checkpoint
 from lakehouse.locks import table_locks
 from lakehouse.registry import Registry
 from lakehouse.settings import Settings
-from lakehouse.specs import StreamSpec
+from lakehouse.specs import StreamSpec, TableSpec
 
 log = logging.getLogger("lakehouse.maintenance")
 
 Outcome = tuple[str, dict[str, Any]]  # (status, details)
+
+
+@dataclass(frozen=True)
+class LockedTable:
+    """A table read under its write lock: its snapshot, its history and the wait for it."""
+
+    location: str
+    state: TableState
+    commits: dict[int, Commit]
+    waited_s: float
+
+    def details(self, spec: TableSpec, reason: str) -> dict[str, Any]:
+        """The first fields of an action's run-log details on this table."""
+        return {
+            "table": spec.name,
+            "reason": reason,
+            "lock_wait_s": self.waited_s,
+            "version": self.state.version,
+        }
 
 
 @dataclass
@@ -67,6 +87,17 @@ class ActionContext:
                         "to": datetime.now(UTC).isoformat(),
                     }
                 )
+
+    @contextmanager
+    def locked_table(self, spec: TableSpec) -> Iterator[LockedTable | None]:
+        """Hold the write lock of one table and read it; None for a table not created yet."""
+        location = self.path(spec.name)
+        if not is_delta_table(self.spark, location):
+            yield None
+            return
+        with self.locked([spec.name]) as waited_s:
+            state = table_state(self.spark, location)
+            yield LockedTable(location, state, history(self.spark, location), waited_s)
 
     def act(
         self, action: str, pipeline: str, layer: str, what: str, work: Callable[[], Outcome]

@@ -8,19 +8,10 @@ reason. OPTIMIZE commits change no data, so the streams reading the table skip t
 
 from __future__ import annotations
 
-from typing import Any
-
 from pyspark.sql import functions as F
 
 from jobs.actions.context import ActionContext, Outcome
-from jobs.delta_state import (
-    TableState,
-    commit_actions,
-    history,
-    is_delta_table,
-    logged_versions,
-    table_state,
-)
+from jobs.delta_state import TableState, commit_actions, logged_versions
 from jobs.tables import quote_path
 from lakehouse.maintenance import (
     OptimizePolicy,
@@ -32,20 +23,15 @@ from lakehouse.specs import TableSpec
 
 
 def optimize(ctx: ActionContext, spec: TableSpec, policy: OptimizePolicy) -> Outcome:
-    location = ctx.path(spec.name)
-    if not is_delta_table(ctx.spark, location):
-        return "skipped", {"table": spec.name, "reason": "not created yet"}
-    with ctx.locked([spec.name]) as waited_s:
-        state = table_state(ctx.spark, location)
-        commits = history(ctx.spark, location)
-        last = max((v for v, c in commits.items() if c.operation == "OPTIMIZE"), default=None)
+    with ctx.locked_table(spec) as table:
+        if table is None:
+            return "skipped", {"table": spec.name, "reason": "not created yet"}
+        state = table.state
+        last = max((v for v, c in table.commits.items() if c.operation == "OPTIMIZE"), default=None)
         partitions = partition_health(ctx, spec, state, last, policy)
         decision = plan_optimize(spec, partitions, policy, last)
-        details: dict[str, Any] = {
-            "table": spec.name,
-            "reason": decision.reason,
-            "lock_wait_s": waited_s,
-            "version": state.version,
+        details = table.details(spec, decision.reason)
+        details |= {
             "files_before": sum(p.files for p in partitions),
             "bytes_before": sum(p.bytes for p in partitions),
             "small_files_before": sum(p.small_files for p in partitions),
@@ -59,7 +45,7 @@ def optimize(ctx: ActionContext, spec: TableSpec, policy: OptimizePolicy) -> Out
         details["zorder_by"] = list(decision.zorder_by)
         if ctx.dry_run:
             return "dry_run", details
-        statement = f"OPTIMIZE {quote_path(location)}"
+        statement = f"OPTIMIZE {quote_path(table.location)}"
         if predicate:
             statement += f" WHERE {predicate}"
         if decision.zorder_by:

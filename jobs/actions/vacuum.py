@@ -16,7 +16,7 @@ from typing import Any
 
 from jobs import storage
 from jobs.actions.context import ActionContext, Outcome
-from jobs.delta_state import Commit, TableState, history, is_delta_table, table_state
+from jobs.delta_state import Commit, TableState
 from jobs.tables import quote_path
 from lakehouse.checkpoints import DeltaPosition
 from lakehouse.errors import ConfigurationError
@@ -45,18 +45,16 @@ def vacuum(ctx: ActionContext, spec: TableSpec, retention_hours: int) -> Outcome
             f"{RETENTION_CHECK} is off in this session; maintenance VACUUMs only with "
             "Delta's retention check on (remove it from LAKEHOUSE_SPARK_CONF)."
         )
-    location = ctx.path(spec.name)
-    if not is_delta_table(ctx.spark, location):
-        return "skipped", {"table": spec.name, "reason": "not created yet"}
-    with ctx.locked([spec.name]) as waited_s:
-        state = table_state(ctx.spark, location)
-        commits = history(ctx.spark, location)
+    with ctx.locked_table(spec) as table:
+        if table is None:
+            return "skipped", {"table": spec.name, "reason": "not created yet"}
+        state, location = table.state, table.location
         raw_retention = state.properties.get(RETENTION_PROPERTY)
         table_hours = (
             parse_interval_hours(raw_retention) if raw_retention else DELTA_DEFAULT_RETENTION_HOURS
         )
         needs = [
-            stream_need(ctx, stream, spec.name, state, commits)
+            stream_need(ctx, stream, spec.name, state, table.commits)
             for stream in ctx.registry.consumers_of(spec.name)
         ]
         now = datetime.now(UTC)
@@ -68,11 +66,8 @@ def vacuum(ctx: ActionContext, spec: TableSpec, retention_hours: int) -> Outcome
             now=now,
             margin_s=ctx.settings.vacuum_margin_s,
         )
-        details: dict[str, Any] = {
-            "table": spec.name,
-            "reason": decision.reason,
-            "lock_wait_s": waited_s,
-            "version": state.version,
+        details = table.details(spec, decision.reason)
+        details |= {
             "requested_hours": retention_hours,
             "table_retention_hours": table_hours,
             "streams": [n.describe(now) for n in needs],
