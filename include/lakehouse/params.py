@@ -118,10 +118,21 @@ Instant = Annotated[
 ]
 
 
-def _meta(section: str, jobs: Sequence[str] | str = "all") -> dict[str, Any]:
-    """Field metadata: its section of the trigger form, and which jobs take it on their
-    command line (``all``, a list of layers, or ``()`` for none)."""
-    return {"section": section, "jobs": jobs if isinstance(jobs, str) else [str(j) for j in jobs]}
+def param(
+    default: Any, title: str, section: str, jobs: Sequence[str] | str = "all", **bounds: Any
+) -> Any:
+    """A field of a parameter set: its default, its title and section on the trigger form,
+    which jobs take it on their command line (``all``, a list of layers, or ``()`` for none),
+    and its bounds. Its description is the docstring under it."""
+    return Field(
+        default,
+        title=title,
+        json_schema_extra={
+            "section": section,
+            "jobs": jobs if isinstance(jobs, str) else [str(j) for j in jobs],
+        },
+        **bounds,
+    )
 
 
 # -- the generic part -------------------------------------------------------------------------
@@ -130,7 +141,10 @@ def _meta(section: str, jobs: Sequence[str] | str = "all") -> dict[str, Any]:
 class ParamsModel(BaseModel):
     """A parameter set: strict types, unknown names refused, every problem reported at once."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+    # A field's description is the docstring under it.
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", use_enum_values=False, use_attribute_docstrings=True
+    )
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> Any:
@@ -330,7 +344,10 @@ def param_schemas(
         _no_final_newline(prop)
         prop = _plain_keywords(prop)
         prop.pop("jobs", None)
-        prop.pop("description", None) if not prop.get("description") else None
+        if prop.get("description"):
+            prop["description"] = " ".join(prop["description"].split())
+        else:
+            prop.pop("description", None)
         for key in ("prefixItems", "maxItems"):
             prop.pop(key, None)
         if prop.get("type") == "array":
@@ -393,87 +410,52 @@ MAX_FILES_PER_TRIGGER = 100_000
 MAX_OFFSETS_PER_TRIGGER = 50_000_000
 
 
+def _rate(title: str, most: int) -> Any:
+    """A bronze rate limit: unset, or 1..``most``."""
+    return param(None, title, "Rate limits", [Layer.BRONZE], ge=1, le=most)
+
+
 class RunParams(ParamsModel):
     """One pipeline run."""
 
-    mode: Mode = Field(
-        Mode.INCREMENTAL,
-        title="Mode",
-        description=(
-            "incremental: what arrived since the last run. reprocess: re-derive silver and "
-            "gold from bronze for the window below. full_refresh: rebuild silver and gold "
-            "from all of bronze."
-        ),
-        json_schema_extra=_meta("What to run"),
+    mode: Mode = param(Mode.INCREMENTAL, "Mode", "What to run")
+    """incremental: what arrived since the last run. reprocess: re-derive silver and gold from
+    bronze for the window below. full_refresh: rebuild silver and gold from all of bronze."""
+    reprocess_from: Instant | None = param(None, "Reprocess from (inclusive)", "Reprocess window")
+    """For mode=reprocess: start of the window of the pipeline's event time, ISO-8601 with
+    zone."""
+    reprocess_to: Instant | None = param(None, "Reprocess to (exclusive)", "Reprocess window")
+    """For mode=reprocess: end of the window, ISO-8601 with zone."""
+    layers: Annotated[tuple[Layer, ...], Distinct] = param(
+        tuple(Layer), "Layers", "What to run", jobs=(), min_length=1
     )
-    reprocess_from: Instant | None = Field(
-        None,
-        title="Reprocess from (inclusive)",
-        description="For mode=reprocess: start of the window of the pipeline's event time, "
-        "ISO-8601 with zone.",
-        json_schema_extra=_meta("Reprocess window"),
+    """Which layers to run, in pipeline order."""
+    max_files_per_trigger: Whole | None = _rate(
+        "Landing files per micro-batch", MAX_FILES_PER_TRIGGER
     )
-    reprocess_to: Instant | None = Field(
-        None,
-        title="Reprocess to (exclusive)",
-        description="For mode=reprocess: end of the window, ISO-8601 with zone.",
-        json_schema_extra=_meta("Reprocess window"),
+    """Raise for a catch-up; empty uses LAKEHOUSE_MAX_FILES_PER_TRIGGER."""
+    max_offsets_per_trigger: Whole | None = _rate(
+        "Kafka records per micro-batch", MAX_OFFSETS_PER_TRIGGER
     )
-    layers: Annotated[tuple[Layer, ...], Distinct] = Field(
-        tuple(Layer),
-        min_length=1,
-        title="Layers",
-        description="Which layers to run, in pipeline order.",
-        json_schema_extra=_meta("What to run", jobs=()),
+    """Raise for a catch-up; empty uses LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER."""
+    accept_data_loss: StrictBool = param(
+        False, "Go on past lost Kafka records", "Recovery", [Layer.BRONZE]
     )
-    max_files_per_trigger: Whole | None = Field(
-        None,
-        ge=1,
-        le=MAX_FILES_PER_TRIGGER,
-        title="Landing files per micro-batch",
-        description="Raise for a catch-up; empty uses LAKEHOUSE_MAX_FILES_PER_TRIGGER.",
-        json_schema_extra=_meta("Rate limits", jobs=[Layer.BRONZE]),
+    """Only after a KafkaOffsetsLost failure, once the loss is understood: bronze reads from the
+    earliest offsets still on the brokers and records the lost ranges in ops/run_log. For this
+    run only."""
+    kafka_replay_from: Instant | None = param(
+        None, "Replay Kafka from (inclusive)", "Kafka replay", [Layer.BRONZE]
     )
-    max_offsets_per_trigger: Whole | None = Field(
-        None,
-        ge=1,
-        le=MAX_OFFSETS_PER_TRIGGER,
-        title="Kafka records per micro-batch",
-        description="Raise for a catch-up; empty uses LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER.",
-        json_schema_extra=_meta("Rate limits", jobs=[Layer.BRONZE]),
+    """Kafka source only: bronze re-reads the records whose Kafka timestamp is in [from, to) and
+    adds the ones it is missing (none twice). Refused when the brokers no longer hold the start
+    of that range. Any mode; bronze must run."""
+    kafka_replay_to: Instant | None = param(
+        None, "Replay Kafka to (exclusive)", "Kafka replay", [Layer.BRONZE]
     )
-    accept_data_loss: StrictBool = Field(
-        False,
-        title="Go on past lost Kafka records",
-        description=(
-            "Only after a KafkaOffsetsLost failure, once the loss is understood: bronze reads "
-            "from the earliest offsets still on the brokers and records the lost ranges in "
-            "ops/run_log. For this run only."
-        ),
-        json_schema_extra=_meta("Recovery", jobs=[Layer.BRONZE]),
-    )
-    kafka_replay_from: Instant | None = Field(
-        None,
-        title="Replay Kafka from (inclusive)",
-        description=(
-            "Kafka source only: bronze re-reads the records whose Kafka timestamp is in "
-            "[from, to) and adds the ones it is missing (none twice). Refused when the brokers "
-            "no longer hold the start of that range. Any mode; bronze must run."
-        ),
-        json_schema_extra=_meta("Kafka replay", jobs=[Layer.BRONZE]),
-    )
-    kafka_replay_to: Instant | None = Field(
-        None,
-        title="Replay Kafka to (exclusive)",
-        description="End of the Kafka replay range, ISO-8601 with zone.",
-        json_schema_extra=_meta("Kafka replay", jobs=[Layer.BRONZE]),
-    )
-    dry_run: StrictBool = Field(
-        False,
-        title="Dry run",
-        description="Only say what the run would do; change nothing.",
-        json_schema_extra=_meta("What to run", jobs=()),
-    )
+    """End of the Kafka replay range, ISO-8601 with zone."""
+    dry_run: StrictBool = param(False, "Dry run", "What to run", jobs=())
+    """Only say what the run would do; change nothing."""
 
     @model_validator(mode="after")
     def _fits_together(self) -> RunParams:
@@ -569,59 +551,32 @@ MAX_KEEP_BACKUPS = 1000
 class MaintenanceParams(ParamsModel):
     """What one maintenance run does; the same checks in the DAG and in the job."""
 
-    actions: Annotated[tuple[Action, ...], Distinct] = Field(
-        tuple(Action),
-        min_length=1,
-        title="Actions",
-        description="Which maintenance actions to run, in this order.",
-        json_schema_extra=_meta("What to run"),
+    actions: Annotated[tuple[Action, ...], Distinct] = param(
+        tuple(Action), "Actions", "What to run", min_length=1
     )
-    tables: Annotated[tuple[TableName, ...], Distinct] = Field(
-        (),
-        title="Tables",
-        description="Tables to OPTIMIZE and VACUUM; empty for every table.",
-        json_schema_extra=_meta("What to run"),
-    )
-    retention_hours: Whole = Field(
+    """Which maintenance actions to run, in this order."""
+    tables: Annotated[tuple[TableName, ...], Distinct] = param((), "Tables", "What to run")
+    """Tables to OPTIMIZE and VACUUM; empty for every table."""
+    retention_hours: Whole = param(
         DEFAULT_RETENTION_HOURS,
+        "VACUUM retention (hours)",
+        "VACUUM",
         ge=0,
         le=MAX_RETENTION_HOURS,
-        title="VACUUM retention (hours)",
-        description=(
-            "Files removed from a table longer ago than this may be deleted. Raised for a "
-            "table whose own deletedFileRetentionDuration is longer, and for a stream that "
-            "lags further behind; never below the floor LAKEHOUSE_VACUUM_FLOOR_HOURS."
-        ),
-        json_schema_extra=_meta("VACUUM"),
     )
-    keep_backups: Whole = Field(
-        DEFAULT_KEEP_BACKUPS,
-        ge=1,
-        le=MAX_KEEP_BACKUPS,
-        title="Checkpoint backups to keep",
-        json_schema_extra=_meta("Backups"),
+    """Files removed from a table longer ago than this may be deleted. Raised for a table whose
+    own deletedFileRetentionDuration is longer, and for a stream that lags further behind;
+    never below the floor LAKEHOUSE_VACUUM_FLOOR_HOURS."""
+    keep_backups: Whole = param(
+        DEFAULT_KEEP_BACKUPS, "Checkpoint backups to keep", "Backups", ge=1, le=MAX_KEEP_BACKUPS
     )
-    small_file_mb: StrictFloat = Field(
-        32.0,
-        gt=0,
-        le=1024 * 1024,
-        title="Small file (MiB)",
-        description="OPTIMIZE: a file below this size is small.",
-        json_schema_extra=_meta("OPTIMIZE"),
+    small_file_mb: StrictFloat = param(32.0, "Small file (MiB)", "OPTIMIZE", gt=0, le=1024 * 1024)
+    """OPTIMIZE: a file below this size is small."""
+    min_small_files: Whole = param(
+        10, "Small files that make a partition worth compacting", "OPTIMIZE", ge=2, le=1_000_000
     )
-    min_small_files: Whole = Field(
-        10,
-        ge=2,
-        le=1_000_000,
-        title="Small files that make a partition worth compacting",
-        json_schema_extra=_meta("OPTIMIZE"),
-    )
-    dry_run: StrictBool = Field(
-        False,
-        title="Dry run",
-        description="Measure and report what would be done; change nothing.",
-        json_schema_extra=_meta("What to run"),
-    )
+    dry_run: StrictBool = param(False, "Dry run", "What to run")
+    """Measure and report what would be done; change nothing."""
 
     @model_validator(mode="after")
     def _in_order(self) -> MaintenanceParams:
@@ -667,28 +622,17 @@ class RestoreParams(ParamsModel):
     pipeline: str = Field(
         pattern=r"^[a-z][a-z0-9_]*$",
         title="Pipeline",
-        description="The pipeline whose checkpoint to restore.",
-        json_schema_extra=_meta("What to restore", jobs=()),
+        json_schema_extra={"section": "What to restore", "jobs": []},
     )
-    layer: Layer = Field(
-        Layer.SILVER,
-        title="Layer",
-        description="Whose checkpoint to restore; every layer after it is reset.",
-        json_schema_extra=_meta("What to restore"),
+    """The pipeline whose checkpoint to restore."""
+    layer: Layer = param(Layer.SILVER, "Layer", "What to restore")
+    """Whose checkpoint to restore; every layer after it is reset."""
+    backup_id: str = param(
+        "latest", "Backup", "What to restore", pattern=f"^(latest|{BACKUP_ID_PATTERN})$"
     )
-    backup_id: str = Field(
-        "latest",
-        pattern=f"^(latest|{BACKUP_ID_PATTERN})$",
-        title="Backup",
-        description="A backup id (a folder under <root>/_backups/<pipeline>/), or latest.",
-        json_schema_extra=_meta("What to restore"),
-    )
-    dry_run: StrictBool = Field(
-        True,
-        title="Only check",
-        description="Run every check and report; change nothing. Untick to restore.",
-        json_schema_extra=_meta("What to restore"),
-    )
+    """A backup id (a folder under <root>/_backups/<pipeline>/), or latest."""
+    dry_run: StrictBool = param(True, "Only check", "What to restore")
+    """Run every check and report; change nothing. Untick to restore."""
 
     def job_args(self, job: str | None = None) -> list[str]:
         """``jobs/maintenance.py``'s restore options (its ``--pipeline`` is the job's own)."""

@@ -84,7 +84,10 @@ _SECRET_FIELDS = frozenset({"extra_spark_conf"})
 class _EnvModel(BaseModel):
     """A frozen model whose fields are read from environment variables (see ``_read``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    # A field's description is the docstring under it.
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, use_attribute_docstrings=True
+    )
 
     @classmethod
     def variable(cls, name: str, prefix: str = PREFIX) -> str:
@@ -123,18 +126,14 @@ class PipelineSettings(_EnvModel):
     """One pipeline's deployment settings (``LAKEHOUSE_<PIPELINE>_<FIELD>``); unset fields take
     the declaration's values."""
 
-    source: SourceKind = Field(
-        SourceKind.FILE, description="``file`` (landing folder) or ``kafka``"
-    )
-    kafka_topics: tuple[str, ...] = Field(
-        (), description="topics to read, comma-separated, instead of the declared ones"
-    )
-    kafka_topic_pattern: str | None = Field(
-        None, description="or a regular expression matching whole topic names (not both)"
-    )
-    schedule: str | None = Field(
-        None, description="cron for ``<pipeline>_pipeline``; ``none`` for manual runs only"
-    )
+    source: SourceKind = SourceKind.FILE
+    """``file`` (landing folder) or ``kafka``"""
+    kafka_topics: tuple[str, ...] = ()
+    """topics to read, comma-separated, instead of the declared ones"""
+    kafka_topic_pattern: str | None = None
+    """or a regular expression matching whole topic names (not both)"""
+    schedule: str | None = None
+    """cron for ``<pipeline>_pipeline``; ``none`` for manual runs only"""
     # The declaration's topics, the default of the two settings above.
     declared_topics: Any = Field(None, exclude=True, repr=False)
 
@@ -170,114 +169,50 @@ class Settings(_EnvModel):
     """Typed deployment settings. Build with ``from_env``; derive variants with ``with_root``
     or ``with_env``."""
 
-    root: str = Field(
-        "",
-        json_schema_extra=_env("root"),
-        description="root of tables, landing files and checkpoints; a path or a URI such as "
-        "``s3a://bucket/lake`` (default ``<project>/data/lakehouse``)",
-    )
-    spark_master: str | None = Field(
-        None,
-        json_schema_extra=_env("spark_master"),
-        description="where jobs run (``local[4]``, ``spark://host:7077``, ``yarn``, "
-        "``k8s://...``). Unset: the Airflow connection ``lakehouse_spark``, and without it "
-        "local Spark",
-    )
-    kafka_bootstrap: str | None = Field(
-        None,
-        json_schema_extra=_env("kafka_bootstrap"),
-        description="Kafka brokers (``host:port,...``). Unset: the host of the Airflow "
-        "connection ``lakehouse_kafka``, and without it ``127.0.0.1:9092``",
-    )
-    shuffle_partitions: int = Field(
-        default_factory=_default_partitions,
-        ge=1,
-        le=10_000,
-        json_schema_extra=_env("shuffle_partitions"),
-        description="shuffle and Delta snapshot partitions (default 2 x cores, 2..200)",
-    )
-    max_files_per_trigger: int = Field(
-        1000,
-        ge=1,
-        le=1_000_000,
-        json_schema_extra=_env("max_files_per_trigger"),
-        description="landing files per micro-batch; a backlog becomes several batches",
-    )
-    max_offsets_per_trigger: int = Field(
-        200_000,
-        ge=1,
-        le=100_000_000,
-        json_schema_extra=_env("max_offsets_per_trigger"),
-        description="Kafka records per micro-batch",
-    )
-    driver_memory: str = Field(
-        "2g",
-        json_schema_extra=_env("driver_memory"),
-        description="spark-submit driver memory",
-    )
-    lock_wait_s: int = Field(
-        60,
-        ge=0,
-        le=86_400,
-        json_schema_extra=_env("lock_wait_s"),
-        description="how long a job waits for another writer of its tables before "
-        "``ConcurrentRun``",
-    )
-    maintenance_schedule: str | None = Field(
-        "0 4 * * *",
-        json_schema_extra=_env("maintenance_schedule"),
-        description="cron for ``lakehouse_maintenance``; ``none`` for manual runs only",
-    )
-    vacuum_floor_hours: int = Field(
-        168,
-        ge=0,
-        le=87_600,
-        json_schema_extra=_env("vacuum_floor_hours"),
-        description="the shortest VACUUM retention anyone may ask for",
-    )
-    vacuum_margin_s: int = Field(
-        3600,
-        ge=0,
-        le=864_000,
-        json_schema_extra=_env("vacuum_margin_s"),
-        description="kept beyond what a lagging stream needs (clock skew between storage and "
-        "driver)",
-    )
+    root: str = ""
+    """root of tables, landing files and checkpoints; a path or a URI such as
+    ``s3a://bucket/lake`` (default ``<project>/data/lakehouse``)"""
+    spark_master: str | None = None
+    """where jobs run (``local[4]``, ``spark://host:7077``, ``yarn``, ``k8s://...``). Unset:
+    the Airflow connection ``lakehouse_spark``, and without it local Spark"""
+    kafka_bootstrap: str | None = None
+    """Kafka brokers (``host:port,...``). Unset: the host of the Airflow connection
+    ``lakehouse_kafka``, and without it ``127.0.0.1:9092``"""
+    shuffle_partitions: int = Field(default_factory=_default_partitions, ge=1, le=10_000)
+    """shuffle and Delta snapshot partitions (default 2 x cores, 2..200)"""
+    max_files_per_trigger: int = Field(1000, ge=1, le=1_000_000)
+    """landing files per micro-batch; a backlog becomes several batches"""
+    max_offsets_per_trigger: int = Field(200_000, ge=1, le=100_000_000)
+    """Kafka records per micro-batch"""
+    driver_memory: str = "2g"
+    """spark-submit driver memory"""
+    lock_wait_s: int = Field(60, ge=0, le=86_400)
+    """how long a job waits for another writer of its tables before ``ConcurrentRun``"""
+    maintenance_schedule: str | None = "0 4 * * *"
+    """cron for ``lakehouse_maintenance``; ``none`` for manual runs only"""
+    vacuum_floor_hours: int = Field(168, ge=0, le=87_600)
+    """the shortest VACUUM retention anyone may ask for"""
+    vacuum_margin_s: int = Field(3600, ge=0, le=864_000)
+    """kept beyond what a lagging stream needs (clock skew between storage and driver)"""
     extra_spark_conf: dict[str, str] = Field(
-        default_factory=dict,
-        json_schema_extra=_env("extra_spark_conf", "LAKEHOUSE_SPARK_CONF"),
-        description='extra Spark settings as a JSON object, e.g. ``{"spark.executor.memory": '
-        '"4g"}``; handed to spark-submit in a file only its user can read, never on its '
-        "command line; the safety settings (``spark.redaction.regex``, "
-        "``spark.sql.files.ignoreMissingFiles``, Delta's retention check) are refused",
+        default_factory=dict, json_schema_extra=_env("extra_spark_conf", "LAKEHOUSE_SPARK_CONF")
     )
-    s3_endpoint: str | None = Field(
-        None,
-        json_schema_extra=_env("s3_endpoint", "AWS_ENDPOINT_URL"),
-        description="an S3-compatible endpoint other than AWS, e.g. the local server of "
-        "``make s3-up``; Spark's ``s3a://`` settings are derived from it (unset: AWS itself)",
-    )
-    s3_region: str = Field(
-        DEFAULT_S3_REGION,
-        json_schema_extra=_env("s3_region", "AWS_REGION"),
-        description="the S3 region (or ``AWS_DEFAULT_REGION``)",
-    )
-    project_dir: Path = Field(
-        PROJECT_DIR,
-        json_schema_extra=_env("project_dir", "LAKEHOUSE_HOME"),
-        description="the project checkout (set by ``make env``)",
-    )
-    pipelines_dir: str = Field(
-        "",
-        json_schema_extra=_env("pipelines_dir"),
-        description="the folders of pipeline declarations, separated by `:` (default "
-        "``<project>/pipelines``)",
-    )
-    jars_dir: Path | None = Field(
-        None,
-        json_schema_extra=_env("jars_dir"),
-        description="the local jar cache (default ``<project>/.cache/jars``)",
-    )
+    """extra Spark settings as a JSON object, e.g. ``{"spark.executor.memory": "4g"}``;
+    handed to spark-submit in a file only its user can read, never on its command line; the
+    safety settings (``spark.redaction.regex``, ``spark.sql.files.ignoreMissingFiles``,
+    Delta's retention check) are refused"""
+    s3_endpoint: str | None = Field(None, json_schema_extra=_env("s3_endpoint", "AWS_ENDPOINT_URL"))
+    """an S3-compatible endpoint other than AWS, e.g. the local server of ``make s3-up``;
+    Spark's ``s3a://`` settings are derived from it (unset: AWS itself)"""
+    s3_region: str = Field(DEFAULT_S3_REGION, json_schema_extra=_env("s3_region", "AWS_REGION"))
+    """the S3 region (or ``AWS_DEFAULT_REGION``)"""
+    project_dir: Path = Field(PROJECT_DIR, json_schema_extra=_env("project_dir", "LAKEHOUSE_HOME"))
+    """the project checkout (set by ``make env``)"""
+    pipelines_dir: str = ""
+    """the folders of pipeline declarations, separated by `:` (default
+    ``<project>/pipelines``)"""
+    jars_dir: Path | None = None
+    """the local jar cache (default ``<project>/.cache/jars``)"""
     # Every LAKEHOUSE_* variable, for the settings of each pipeline (``pipeline``).
     environ: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
 
@@ -417,7 +352,9 @@ def settings_table() -> list[tuple[str, str, str]]:
             )
             if isinstance(default, Path):
                 shown = "<project>"
-            description = re.sub(r"``([^`]+)``", r"`\1`", info.description or "")
+            description = re.sub(
+                r"``([^`]+)``", r"`\1`", " ".join((info.description or "").split())
+            )
             rows.append((model.variable(name, prefix), shown, description))
     return rows
 
