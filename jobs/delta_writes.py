@@ -47,6 +47,25 @@ def dml_transaction(spark: SparkSession, app_id: str, batch_id: int) -> Iterator
         spark.conf.unset(_TXN_VERSION)
 
 
+def upsert_newer(
+    source_df: DataFrame, location: str, on: str, newer: str, app_id: str, batch_id: int
+) -> None:
+    """MERGE ``source_df`` into the table at ``location`` once for ``(app_id, batch_id)``:
+    rows matching on ``on`` are replaced only where ``newer`` holds, the others inserted."""
+    from delta.tables import DeltaTable
+
+    spark = source_df.sparkSession
+    with dml_transaction(spark, app_id, batch_id):
+        (
+            DeltaTable.forPath(spark, location)
+            .alias("t")
+            .merge(source_df.alias("s"), on)
+            .whenMatchedUpdateAll(condition=newer)
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+
+
 def match_on(columns: Sequence[str], *, null_safe: bool = False) -> str:
     """A MERGE condition (target ``t``, source ``s``) equating ``columns``; ``null_safe``
     treats two nulls as equal (``<=>``)."""

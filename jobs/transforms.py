@@ -128,6 +128,11 @@ def with_event_columns(valid_df: DataFrame, record: RecordSpec) -> DataFrame:
     return valid_df.select(*names, _tiebreak(F.col("raw_value")).alias("event_hash"))
 
 
+# The choice of ``distinct_events`` across micro-batches: a stored event is replaced only by
+# a row of the same event id with a greater hash.
+NEWER_HASH = "s.event_hash > t.event_hash"
+
+
 def distinct_events(events_df: DataFrame, record: RecordSpec) -> DataFrame:
     """Each event once: of the rows with one event id, the one with the greatest hash (so
     the choice does not depend on the order they arrived in)."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from jobs.delta_writes import dml_transaction, replace_scope
+from jobs.delta_writes import replace_scope, upsert_newer
 from jobs.runtime import JobContext
-from jobs.transforms import distinct_events, with_event_columns
+from jobs.transforms import NEWER_HASH, distinct_events, with_event_columns
 
 
 class AppendKind:
@@ -21,19 +21,9 @@ class AppendKind:
         return distinct_events(with_event_columns(events_df, self.record), self.record)
 
     def merge_batch(self, events_df: DataFrame, batch_id: int) -> None:
-        from delta.tables import DeltaTable
-
-        spark = events_df.sparkSession
         event_id = self.record.event_id
-        with dml_transaction(spark, self.app_id, batch_id):
-            (
-                DeltaTable.forPath(spark, self.location)
-                .alias("t")
-                .merge(self.events(events_df).alias("s"), f"t.{event_id} = s.{event_id}")
-                .whenMatchedUpdateAll(condition="s.event_hash > t.event_hash")
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
+        on = f"t.{event_id} = s.{event_id}"
+        upsert_newer(self.events(events_df), self.location, on, NEWER_HASH, self.app_id, batch_id)
 
     def rederive(self, events_df: DataFrame, keys_df: DataFrame | None) -> dict[str, int]:
         rows_df = self.events(events_df)

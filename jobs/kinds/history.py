@@ -7,9 +7,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs import faults
-from jobs.delta_writes import dml_transaction, replace_scope
+from jobs.delta_writes import replace_scope, upsert_newer
 from jobs.runtime import JobContext
-from jobs.transforms import distinct_events, history_of, with_event_columns
+from jobs.transforms import NEWER_HASH, distinct_events, history_of, with_event_columns
 from lakehouse.specs import History
 
 
@@ -34,20 +34,10 @@ class HistoryKind:
         )
 
     def merge_batch(self, events_df: DataFrame, batch_id: int) -> None:
-        from delta.tables import DeltaTable
-
-        spark = events_df.sparkSession
         key, event_id = self.record.key, self.record.event_id
         batch_df = self.events(events_df)
-        with dml_transaction(spark, self.app_id, batch_id):
-            (
-                DeltaTable.forPath(spark, self.changes_location)
-                .alias("t")
-                .merge(batch_df.alias("s"), f"t.{event_id} = s.{event_id}")
-                .whenMatchedUpdateAll(condition="s.event_hash > t.event_hash")
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
+        on = f"t.{event_id} = s.{event_id}"
+        upsert_newer(batch_df, self.changes_location, on, NEWER_HASH, self.app_id, batch_id)
         faults.inject("silver.after_changes")
         # The keys come from the batch, not from what the MERGE added: a replay after a crash
         # between the two writes derives them again.

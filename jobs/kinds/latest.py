@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from jobs.delta_writes import dml_transaction, last_commit_metrics, replace_scope
+from jobs.delta_writes import last_commit_metrics, replace_scope, upsert_newer
 from jobs.runtime import JobContext
 from jobs.transforms import StateShape, latest_per_key, newer_condition, with_state_columns
 
@@ -24,19 +24,15 @@ class LatestKind:
     def merge_batch(self, events_df: DataFrame, batch_id: int) -> None:
         """MERGE the batch's winners, replacing a row only when the incoming event is newer:
         a late or repeated event never overwrites a newer one."""
-        from delta.tables import DeltaTable
-
-        spark = events_df.sparkSession
         key = self.shape.key
-        with dml_transaction(spark, self.app_id, batch_id):
-            (
-                DeltaTable.forPath(spark, self.location)
-                .alias("t")
-                .merge(self.winners(events_df).alias("s"), f"t.{key} = s.{key}")
-                .whenMatchedUpdateAll(condition=newer_condition(self.shape))
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
+        upsert_newer(
+            self.winners(events_df),
+            self.location,
+            f"t.{key} = s.{key}",
+            newer_condition(self.shape),
+            self.app_id,
+            batch_id,
+        )
 
     def rederive(self, events_df: DataFrame, keys_df: DataFrame | None) -> dict[str, int]:
         state_df = self.winners(events_df)
