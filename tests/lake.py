@@ -7,6 +7,7 @@ spark-submit instead.
 
 from __future__ import annotations
 
+import subprocess
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,48 @@ class Lake:
             Grant("test", run_id, "admin", (action,)).write(path)
         self.monkeypatch.setenv(GRANT_FILE_ENV, str(path))
         return ["--run-id", run_id]
+
+    def submit(
+        self,
+        pipeline: str,
+        job: str,
+        *args: str,
+        run_id: str | None = None,
+        fault: str | None = None,
+        **env: str,
+    ) -> subprocess.Popen[str]:
+        """The job as Airflow runs it: spark-submit (local Spark), in a process group of its
+        own, so that a SIGKILL (a test's, or ``fault`` with ``:kill``) takes the driver's
+        group and not pytest. Its output is a text pipe."""
+        from lakehouse.local.env import subprocess_env
+        from lakehouse.submit import job_submit_spec
+
+        settings = Settings.from_env().with_root(self.root)
+        run_id = run_id or f"test-{pipeline}-{job}"
+        spec = job_submit_spec(settings, pipeline, job, run_id=run_id, extra_args=args)
+        environment = subprocess_env(settings, LAKEHOUSE_ROOT=str(self.root), **env)
+        environment.pop("LAKEHOUSE_FAULT", None)
+        if fault:
+            environment["LAKEHOUSE_FAULT"] = fault
+        return subprocess.Popen(
+            spec.argv("local[2]"),
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+
+    @staticmethod
+    def read_until(process: subprocess.Popen[str], text: str) -> list[str]:
+        """The job's output lines up to the first holding ``text`` (all of it if none)."""
+        assert process.stdout is not None
+        seen = []
+        for line in process.stdout:
+            seen.append(line)
+            if text in line:
+                break
+        return seen
 
     def run_all(self, *args: str, pipeline: str = "orders") -> None:
         for layer in LAYERS[pipeline]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
@@ -128,24 +129,29 @@ def _count(value: Any) -> tuple[int | None, str | None]:
     return number, None
 
 
-def _check(record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    def present(name: str) -> bool:
-        return record.get(name) is not None
+class Checked:
+    """A record checked field by field: the typed values and the broken rules, in order."""
 
-    values: dict[str, Any] = {}
-    reasons: list[str] = []
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+        self.values: dict[str, Any] = {}
+        self.reasons: list[str] = []
 
-    def rule(name: str, required: bool, checker: Any) -> None:
-        if not present(name):
-            values[name] = None
+    def rule(self, name: str, required: bool, checker: Any) -> None:
+        if self.record.get(name) is None:  # a JSON null counts as absent
+            self.values[name] = None
             if required:
-                reasons.append(f"missing:{name}")
+                self.reasons.append(f"missing:{name}")
             return
-        value, problem = checker(record[name])
-        values[name] = value
+        value, problem = checker(self.record[name])
+        self.values[name] = value
         if problem:
-            reasons.append(f"{problem}:{name}")
+            self.reasons.append(f"{problem}:{name}")
 
+
+def _check(record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    checked = Checked(record)
+    rule, values = checked.rule, checked.values
     for name in ("event_id", "order_id", "customer_id"):
         rule(name, True, _id)
     rule(
@@ -173,26 +179,41 @@ def _check(record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     rule("items_count", False, _count)
     for name in ("currency", "product_category"):
         rule(name, False, lambda v: (v, None) if isinstance(v, str) else (None, "wrong_type"))
-    return values, reasons
+    return values, checked.reasons
 
 
-def validate(raw: bytes) -> tuple[dict[str, Any] | None, list[str]]:
-    """(typed fields, []) for a valid record; (None, reasons) for an invalid one."""
+def parse_object(raw: bytes, parse_int: Callable[[str], Any] = int) -> dict[str, Any] | str:
+    """The JSON object of a raw record, or the reason it is not one."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        return None, ["invalid_utf8"]
+        return "invalid_utf8"
     try:
         document = json.loads(
-            text, object_pairs_hook=_pairs, parse_float=Decimal, parse_constant=_reject_constant
+            text,
+            object_pairs_hook=_pairs,
+            parse_float=Decimal,
+            parse_int=parse_int,
+            parse_constant=_reject_constant,
         )
     except _Duplicate:
-        return None, ["duplicate_key"]
+        return "duplicate_key"
     except ValueError:
-        return None, ["not_json"]
-    if not isinstance(document, dict):
-        return None, ["not_object"]
-    values, reasons = _check(document)
+        return "not_json"
+    return document if isinstance(document, dict) else "not_object"
+
+
+Check = Callable[[dict[str, Any]], tuple[dict[str, Any], list[str]]]
+
+
+def validate(
+    raw: bytes, check: Check = _check, parse_int: Callable[[str], Any] = int
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """(typed fields, []) for a valid record; (None, reasons) for an invalid one."""
+    document = parse_object(raw, parse_int)
+    if isinstance(document, str):
+        return None, [document]
+    values, reasons = check(document)
     return (None, reasons) if reasons else (values, [])
 
 
@@ -222,19 +243,25 @@ SILVER_COLUMNS = (
 GOLD_COLUMNS = ("hour_start", "region", "orders", "cancelled", "revenue", "avg_order_value")
 
 
+def checked_records(
+    records: Iterable[bytes | None], check: Callable[[bytes], Any] = validate
+) -> Iterator[tuple[str | None, dict[str, Any] | None, list[str]]]:
+    """Each record's text as bronze holds it, with its typed values or the reasons it is
+    invalid; ``None`` is a Kafka message without a value, which is not JSON."""
+    for raw in records:
+        if raw is None:
+            yield None, None, ["not_json"]
+        else:
+            yield (raw.decode("utf-8", errors="replace"), *check(raw))
+
+
 def expected_tables(records: list[bytes | None]) -> Expected:
     """``records`` are raw records; ``None`` is a Kafka message without a value (a
     tombstone): a record with no text, which is not JSON."""
     expected = Expected()
     winners: dict[str, dict[str, Any]] = {}
-    for raw in records:
-        if raw is None:
-            expected.bronze[None] += 1
-            expected.quarantine[(None, "not_json")] += 1
-            continue
-        text = raw.decode("utf-8", errors="replace")
+    for text, values, reasons in checked_records(records):
         expected.bronze[text] += 1
-        values, reasons = validate(raw)
         if values is None:
             expected.quarantine[(text, reasons[0])] += 1
             continue

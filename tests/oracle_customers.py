@@ -12,16 +12,15 @@ pipelines read ids, timestamps and JSON the same way.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from tests.oracle import _Duplicate, _id, _pairs, _reject_constant, _timestamp, naive_utc
+from tests.oracle import Checked, _id, _timestamp, checked_records, naive_utc, validate
 
 OPS = ("upsert", "delete")
 SEGMENTS = ("consumer", "business", "vip")
@@ -93,28 +92,21 @@ def _identifier(value: Any) -> tuple[str | None, str | None]:
     return _id(value)
 
 
-def _op(value: Any) -> tuple[str | None, str | None]:
-    if not isinstance(value, str):
-        return None, "wrong_type"
-    return (value, None) if value in OPS else (None, "not_allowed")
+def _text(accept: Callable[[str], Any], problem: str) -> Callable[[Any], tuple[Any, Any]]:
+    """A rule for a string field: ``wrong_type`` unless a string, ``problem`` unless accepted."""
+
+    def check(value: Any) -> tuple[str | None, str | None]:
+        if not isinstance(value, str):
+            return None, "wrong_type"
+        return (value, None) if accept(value) else (None, problem)
+
+    return check
 
 
-def _name(value: Any) -> tuple[str | None, str | None]:
-    if not isinstance(value, str):
-        return None, "wrong_type"
-    return (value, None) if value else (None, "empty")
-
-
-def _segment(value: Any) -> tuple[str | None, str | None]:
-    if not isinstance(value, str):
-        return None, "wrong_type"
-    return (value, None) if value in SEGMENTS else (None, "not_allowed")
-
-
-def _country(value: Any) -> tuple[str | None, str | None]:
-    if not isinstance(value, str):
-        return None, "wrong_type"
-    return (value, None) if _COUNTRY.fullmatch(value) else (None, "bad_format")
+_op = _text(lambda v: v in OPS, "not_allowed")
+_name = _text(bool, "empty")
+_segment = _text(lambda v: v in SEGMENTS, "not_allowed")
+_country = _text(_COUNTRY.fullmatch, "bad_format")
 
 
 def _email(value: Any) -> tuple[str | None, str | None]:
@@ -132,20 +124,8 @@ def _schema_version(value: Any) -> tuple[int | None, str | None]:
 
 
 def _check(record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    values: dict[str, Any] = {}
-    reasons: list[str] = []
-
-    def rule(name: str, required: bool, checker: Any) -> None:
-        if record.get(name) is None:  # a JSON null counts as absent
-            values[name] = None
-            if required:
-                reasons.append(f"missing:{name}")
-            return
-        value, problem = checker(record[name])
-        values[name] = value
-        if problem:
-            reasons.append(f"{problem}:{name}")
-
+    checked = Checked(record)
+    rule, values = checked.rule, checked.values
     rule("event_id", True, _identifier)
     rule("customer_id", True, _identifier)
     rule("op", True, _op)
@@ -160,32 +140,13 @@ def _check(record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         rule("country", True, _country)
     rule("email", False, _email)
     rule("schema_version", False, _schema_version)
-    return values, reasons
+    return values, checked.reasons
 
 
 def validate_customer(raw: bytes) -> tuple[dict[str, Any] | None, list[str]]:
     """(typed fields, []) for a valid record; (None, every broken rule in field order) for
     an invalid one, the first being the ``reason`` quarantine must show."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None, ["invalid_utf8"]
-    try:
-        document = json.loads(
-            text,
-            object_pairs_hook=_pairs,
-            parse_float=Decimal,
-            parse_int=_parse_int,
-            parse_constant=_reject_constant,
-        )
-    except _Duplicate:
-        return None, ["duplicate_key"]
-    except ValueError:
-        return None, ["not_json"]
-    if not isinstance(document, dict):
-        return None, ["not_object"]
-    values, reasons = _check(document)
-    return (None, reasons) if reasons else (values, [])
+    return validate(raw, _check, parse_int=_parse_int)
 
 
 @dataclass
@@ -276,15 +237,8 @@ def expected_customers(records: Iterable[bytes | None]) -> ExpectedCustomers:
     a value (a tombstone): a record with no text, which is not JSON."""
     expected = ExpectedCustomers()
     seen: dict[str, dict[str, Any]] = {}  # every valid record's meaning, by event_id
-    for raw in records:
-        if raw is None:
-            expected.bronze[None] += 1
-            expected.quarantine[(None, "not_json")] += 1
-            expected.quarantine_reasons[(None, ("not_json",))] += 1
-            continue
-        text = raw.decode("utf-8", errors="replace")
+    for text, values, reasons in checked_records(records, validate_customer):
         expected.bronze[text] += 1
-        values, reasons = validate_customer(raw)
         if values is None:
             expected.quarantine[(text, reasons[0])] += 1
             expected.quarantine_reasons[(text, tuple(reasons))] += 1

@@ -18,7 +18,6 @@ from lakehouse.local.env import subprocess_env
 from lakehouse.sample_customers import CustomerEventGenerator
 from lakehouse.sample_data import OrderEventGenerator, render_file
 from lakehouse.settings import Settings
-from lakehouse.submit import job_submit_spec
 from tests.lake import Lake
 from tests.oracle import comparable, expected_tables, split_records
 from tests.oracle_customers import (
@@ -146,19 +145,6 @@ def test_a_new_pipeline_is_one_file(lake: Lake, tmp_path: Path) -> None:
     ]
 
 
-def submit(lake: Lake, layer: str, **env: str) -> subprocess.Popen[str]:
-    settings = project_settings().with_root(lake.root)
-    spec = job_submit_spec(settings, "orders", layer, run_id=f"kill-test-{layer}")
-    return subprocess.Popen(
-        spec.argv("local[2]"),
-        env=subprocess_env(settings, LAKEHOUSE_ROOT=str(lake.root), **env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # a fault's SIGKILL takes the driver's group, not pytest
-    )
-
-
 def finish(process: subprocess.Popen[str]) -> tuple[int, str]:
     output, _ = process.communicate(timeout=600)
     return process.returncode, output
@@ -172,21 +158,18 @@ def test_drivers_killed_mid_batch_recover_exactly_once(lake: Lake) -> None:
 
     # Bronze killed at a random moment while its query runs (seeded, so it is repeatable).
     delay = random.Random(7).uniform(0.5, 4.0)
-    process = submit(lake, "bronze")
-    assert process.stdout is not None
-    for line in process.stdout:
-        if "query orders_bronze started" in line:
-            break
+    process = lake.submit("orders", "bronze")
+    lake.read_until(process, "query orders_bronze started")
     time.sleep(delay)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=60)
-    assert finish(submit(lake, "bronze"))[0] == 0
+    assert finish(lake.submit("orders", "bronze"))[0] == 0
 
     # Silver and gold die right after their Delta commits, before Spark records the batch.
     for layer, point in (("silver", "silver.after_merge"), ("gold", "gold.after_merge")):
-        code, output = finish(submit(lake, layer, LAKEHOUSE_FAULT=f"{point}:kill"))
+        code, output = finish(lake.submit("orders", layer, fault=f"{point}:kill"))
         assert code == -signal.SIGKILL, output[-3000:]
-        code, output = finish(submit(lake, layer))
+        code, output = finish(lake.submit("orders", layer))
         assert code == 0, output[-3000:]
     assert lake.contract_view() == comparable(expected_tables(delivered))
 

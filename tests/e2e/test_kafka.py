@@ -32,7 +32,6 @@ from lakehouse.local.env import subprocess_env
 from lakehouse.local.services import KafkaPorts
 from lakehouse.sample_data import OrderEventGenerator
 from lakehouse.settings import Settings
-from lakehouse.submit import job_submit_spec
 from tests.lake import Lake
 from tests.oracle import comparable, expected_tables
 
@@ -85,6 +84,25 @@ def keyed(lines: list[bytes]) -> list[tuple[bytes | None, bytes]]:
     return records
 
 
+def three_deliveries(
+    kafka_lake: KafkaLake, seed: int, orders: int
+) -> tuple[list[list[bytes]], list[datetime]]:
+    """Three deliveries of order events into a new topic of two partitions, keyed, their
+    Kafka timestamps (producer time) apart; returns them and the two instants between them.
+    Pauses around each boundary, as the timestamps are the clock's."""
+    kafka_lake.create(partitions=2)
+    generator = OrderEventGenerator(seed=seed)
+    deliveries = [generator.batch(orders) for _ in range(3)]
+    bounds = []
+    for i, lines in enumerate(deliveries):
+        if i:
+            time.sleep(0.05)
+            bounds.append(datetime.now(UTC))
+            time.sleep(0.05)
+        kafka_lake.produce(keyed(lines))
+    return deliveries, bounds
+
+
 def offsets(partitions: dict[int, int], topic: str) -> Counter:
     return Counter((topic, p, o) for p, n in partitions.items() for o in range(n))
 
@@ -99,20 +117,6 @@ def kafka_lake(lake: Lake, kafka_broker: KafkaPorts) -> KafkaLake:
     mp.delenv("LAKEHOUSE_ORDERS_KAFKA_TOPIC_PATTERN", raising=False)
     mp.delenv(ACCESS_FILE_ENV, raising=False)
     return KafkaLake(lake, kafka_broker, topic)
-
-
-def submit_bronze(lake: Lake, *args: str) -> subprocess.Popen[str]:
-    """Bronze as Airflow runs it: spark-submit in its own process group."""
-    settings = Settings.from_env().with_root(lake.root)
-    spec = job_submit_spec(settings, "orders", "bronze", run_id="kafka-kill", extra_args=args)
-    return subprocess.Popen(
-        spec.argv("local[2]"),
-        env=subprocess_env(settings, LAKEHOUSE_ROOT=str(lake.root)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
 
 
 # ----------------------------------------------------------------- against the broker
@@ -136,13 +140,8 @@ def test_contract_holds_over_runs_and_a_killed_run(kafka_lake: KafkaLake) -> Non
     second = generator.batch(150) + generator.flush_late() + [b"", b"  ", b"\r", None]
     kafka_lake.produce([*keyed([v for v in second if v is not None]), (b"tombstone", None)])
     delivered += second
-    process = submit_bronze(lake, "--max-offsets-per-trigger", "40")
-    assert process.stdout is not None
-    seen = []
-    for line in process.stdout:
-        seen.append(line)
-        if "batch 1:" in line:
-            break
+    process = lake.submit("orders", "bronze", "--max-offsets-per-trigger", "40")
+    seen = lake.read_until(process, "batch 1:")
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=60)
     killed_at = sum(kafka_lake.lineage().values())
@@ -257,18 +256,8 @@ def test_a_kafka_replay_adds_only_what_bronze_misses_and_refuses_a_range_that_is
     kafka_lake: KafkaLake,
 ) -> None:
     lake = kafka_lake.lake
-    kafka_lake.create(partitions=2)
-    generator = OrderEventGenerator(seed=53)
-    # Three deliveries, their Kafka timestamps (producer time) apart: the middle one is
-    # replayed later. Batches are split by the clock, so pause around each boundary.
-    deliveries = [generator.batch(15) for _ in range(3)]
-    bounds = []
-    for i, lines in enumerate(deliveries):
-        if i:
-            time.sleep(0.05)
-            bounds.append(datetime.now(UTC))
-            time.sleep(0.05)
-        kafka_lake.produce(keyed(lines))
+    # Three deliveries, their Kafka timestamps apart: the middle one is replayed later.
+    deliveries, bounds = three_deliveries(kafka_lake, seed=53, orders=15)
     delivered = [line for lines in deliveries for line in lines]
     assert lake.run("bronze") == 0
     complete = kafka_lake.lineage()
@@ -322,21 +311,31 @@ def test_a_kafka_replay_adds_only_what_bronze_misses_and_refuses_a_range_that_is
     assert lake.version("bronze/orders_events") == version, "refused before the stream ran"
 
 
+def scram_user(kafka_lake: KafkaLake, mechanism: str) -> tuple[str, str]:
+    """A new SCRAM user on the broker, with a canary password: (user, password)."""
+    user, password = f"user-{uuid.uuid4().hex[:6]}", f"canary-{secrets.token_hex(12)}"
+    kafka_dev.upsert_scram_user(kafka_lake.bootstrap, user, password, mechanism)
+    return user, password
+
+
+def scram_access(kafka_lake: KafkaLake, mechanism: str, user: str, password: str) -> KafkaAccess:
+    return KafkaAccess(
+        bootstrap_servers=kafka_lake.ports.sasl_bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism=mechanism,
+        username=user,
+        password=password,
+    )
+
+
 def test_a_missing_topic_a_dead_broker_or_a_bad_login_stops_bronze_with_a_named_error(
     kafka_lake: KafkaLake, tmp_path: Path
 ) -> None:
     lake, mp = kafka_lake.lake, kafka_lake.lake.monkeypatch
     assert lake.run("bronze") == 2  # the topic was never created
     kafka_lake.create()
-    user, password = f"user-{uuid.uuid4().hex[:6]}", f"canary-{secrets.token_hex(12)}"
-    kafka_dev.upsert_scram_user(kafka_lake.bootstrap, user, password, "SCRAM-SHA-512")
-    wrong = KafkaAccess(
-        bootstrap_servers=kafka_lake.ports.sasl_bootstrap,
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="SCRAM-SHA-512",
-        username=user,
-        password="not-" + password,
-    )
+    user, password = scram_user(kafka_lake, "SCRAM-SHA-512")
+    wrong = scram_access(kafka_lake, "SCRAM-SHA-512", user, "not-" + password)
     mp.setenv(ACCESS_FILE_ENV, str(wrong.write(tmp_path / "wrong.json")))
     assert lake.run("bronze") == 2
     mp.delenv(ACCESS_FILE_ENV)
@@ -365,15 +364,8 @@ def test_sasl_credentials_from_the_access_file_work_and_stay_hidden(
     lake = kafka_lake.lake
     kafka_lake.create()
     kafka_lake.produce([b'{"sasl": %d}' % i for i in range(3)])
-    user, password = f"user-{uuid.uuid4().hex[:6]}", f"canary-{secrets.token_hex(12)}"
-    kafka_dev.upsert_scram_user(kafka_lake.bootstrap, user, password, "SCRAM-SHA-256")
-    path = KafkaAccess(
-        bootstrap_servers=kafka_lake.ports.sasl_bootstrap,
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="SCRAM-SHA-256",
-        username=user,
-        password=password,
-    ).write(tmp_path / "access.json")
+    user, password = scram_user(kafka_lake, "SCRAM-SHA-256")
+    path = scram_access(kafka_lake, "SCRAM-SHA-256", user, password).write(tmp_path / "access.json")
     assert path.stat().st_mode & 0o777 == 0o600
     lake.monkeypatch.setenv(ACCESS_FILE_ENV, str(path))
     assert lake.run("bronze") == 0
@@ -565,3 +557,38 @@ def test_the_operator_refuses_before_any_jvm_starts(kafka_lake: KafkaLake) -> No
     ) in output
     assert "Spark-Submit cmd" not in output
     assert not lake.root.joinpath("ops").exists(), "no job ran, so no run was logged"
+
+
+def test_a_replay_after_a_manual_delete_silver_had_read_is_exact(kafka_lake: KafkaLake) -> None:
+    """Bronze loses rows silver had already judged (a manual DELETE): silver goes on (it
+    skips the DELETE), the replay puts the rows back, and silver neither loses them nor
+    quarantines them twice."""
+    lake = kafka_lake.lake
+    deliveries, bounds = three_deliveries(kafka_lake, seed=57, orders=20)
+    delivered = [line for lines in deliveries for line in lines]
+    lake.run_all()
+    expected = comparable(expected_tables(delivered))
+    assert lake.contract_view() == expected
+    assert sum(expected["quarantine"].values()) > 0
+
+    bronze = lake.settings.path("bronze/orders_events")
+    start, end = (b.isoformat() for b in bounds)
+    lake.spark.sql(
+        f"DELETE FROM delta.`{bronze}` WHERE kafka_timestamp >= '{start}' AND "
+        f"kafka_timestamp < '{end}'"
+    )
+    for layer in ("silver", "gold"):
+        assert lake.run(layer) == 0, "the DELETE must not stop silver"
+    view = lake.contract_view()
+    assert {k: view[k] for k in ("quarantine", "silver", "gold")} == {
+        k: expected[k] for k in ("quarantine", "silver", "gold")
+    }
+    replay = (
+        "--kafka-replay-from",
+        bounds[0].isoformat(),
+        "--kafka-replay-to",
+        bounds[1].isoformat(),
+    )
+    lake.run_all(*replay)
+    assert lake.contract_view() == expected
+    assert set(kafka_lake.lineage().values()) == {1}

@@ -20,13 +20,10 @@ import time
 import pytest
 
 from jobs.guards import check_checkpoint
-from lakehouse.local.env import subprocess_env
 from lakehouse.params import RunParams
 from lakehouse.registry import registry
 from lakehouse.sample_customers import CustomerEventGenerator
 from lakehouse.sample_data import OrderEventGenerator, render_file
-from lakehouse.settings import Settings
-from lakehouse.submit import job_submit_spec
 from tests.lake import Lake
 from tests.oracle import comparable, expected_tables, split_records
 from tests.oracle_customers import comparable_customers, expected_customers, expected_segment_sales
@@ -49,27 +46,6 @@ JOBS = (
     ("orders", "gold"),
     ("segment_sales", "gold"),
 )
-
-
-def submit(
-    lake: Lake, pipeline: str, job: str, *args: str, fault: str | None = None
-) -> subprocess.Popen[str]:
-    settings = Settings.from_env().with_root(lake.root)
-    spec = job_submit_spec(
-        settings, pipeline, job, run_id=f"kill-{pipeline}-{job}", extra_args=args
-    )
-    env = subprocess_env(settings, LAKEHOUSE_ROOT=str(lake.root))
-    env.pop("LAKEHOUSE_FAULT", None)
-    if fault:
-        env["LAKEHOUSE_FAULT"] = f"{fault}:kill"
-    return subprocess.Popen(
-        spec.argv("local[2]"),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # the kill takes the job's group, not pytest
-    )
 
 
 def kill_at_random(process: subprocess.Popen[str], rng: random.Random, started: str) -> str:
@@ -129,11 +105,11 @@ def test_killed_jobs_recover_exactly_once(lake: Lake, round_: int) -> None:
         points = FAULTS.get((pipeline, layer), ())
         choice = rng.randrange(len(points) + 1)
         if choice < len(points):
-            process = submit(lake, pipeline, layer, fault=points[choice])
+            process = lake.submit(pipeline, layer, fault=f"{points[choice]}:kill")
             process.communicate(timeout=600)
             how.append(f"{pipeline}.{layer}: {points[choice]}")
         else:
-            process = submit(lake, pipeline, layer)
+            process = lake.submit(pipeline, layer)
             when = kill_at_random(process, rng, f"query {pipeline}_{layer} started")
             how.append(f"{pipeline}.{layer}: {when}")
         run_until_done(lake, pipeline, layer)
@@ -141,7 +117,7 @@ def test_killed_jobs_recover_exactly_once(lake: Lake, round_: int) -> None:
 
     # Maintenance, killed too: OPTIMIZE, VACUUM and a backup, each at a random moment.
     for action in ("optimize", "vacuum", "backup"):
-        process = submit(lake, "all", "maintenance", "--actions", action)
+        process = lake.submit("all", "maintenance", "--actions", action)
         how.append(f"maintenance {action}: {kill_at_random(process, rng, 'maintenance of')}")
         from jobs import maintenance
 
@@ -168,17 +144,18 @@ def test_backups_of_a_killed_round_restore(lake: Lake) -> None:
     assert maintenance.main(["--root", str(lake.root), "--actions", "backup"]) == 0
     delivered += deliver(lake, "orders", orders.batch(60), 2)
     run_until_done(lake, "orders", "bronze")
-    process = submit(lake, "orders", "silver", fault="silver.after_merge")
+    process = lake.submit("orders", "silver", fault="silver.after_merge:kill")
     process.communicate(timeout=600)
     assert process.returncode == -signal.SIGKILL
-    process = submit(
-        lake, "orders", "maintenance", "--restore", "silver", "--backup-id", "latest",
-        fault="restore.before_checkpoint",
+    granted = lake.granted("restore")  # the run id; the grant file is in the environment
+    process = lake.submit(
+        "orders", "maintenance", "--restore", "silver", "--backup-id", "latest",
+        fault="restore.before_checkpoint:kill", run_id=granted[1],
     )  # fmt: skip
     process.communicate(timeout=600)
     assert process.returncode == -signal.SIGKILL
     restore = ["--pipeline", "orders", "--root", str(lake.root), "--restore", "silver"]
-    assert maintenance.main([*restore, "--backup-id", "latest"]) == 0
+    assert maintenance.main([*restore, *granted, "--backup-id", "latest"]) == 0
     lake.run_all()
     check_agreement(lake)
     assert lake.contract_view() == comparable(expected_tables(delivered))

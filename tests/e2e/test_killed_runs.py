@@ -10,16 +10,13 @@ import json
 import os
 import random
 import signal
-import subprocess
 import time
 
 import pytest
 
 from jobs.run_markers import marker_path
-from lakehouse.local.env import subprocess_env
 from lakehouse.sample_data import OrderEventGenerator, render_file
 from lakehouse.settings import Settings
-from lakehouse.submit import job_submit_spec
 from tests.lake import Lake
 from tests.oracle import split_records
 
@@ -36,24 +33,10 @@ def test_a_killed_layer_run_is_logged_by_the_next_run(lake: Lake) -> None:
     for index in range(0, len(records), 20):
         lake.land(records[index : index + 20], name=f"part-{index:04d}.jsonl")
     settings = Settings.from_env().with_root(lake.root)
-    spec = job_submit_spec(
-        settings, "orders", "bronze", run_id="the-killed-run",
-        extra_args=("--max-files-per-trigger", "1"),
-    )  # fmt: skip
-    process = subprocess.Popen(
-        spec.argv("local[1]"),
-        env=subprocess_env(settings, LAKEHOUSE_ROOT=str(lake.root)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
+    process = lake.submit(
+        "orders", "bronze", "--max-files-per-trigger", "1", run_id="the-killed-run"
     )
-    assert process.stdout is not None
-    seen = []
-    for line in process.stdout:
-        seen.append(line)
-        if "batch 1:" in line:
-            break
+    seen = lake.read_until(process, "batch 1:")
     marker = lake.root / marker_path(settings, "orders", "bronze").removeprefix(
         str(lake.root) + "/"
     )

@@ -23,6 +23,12 @@ def deliver(lake: Lake, generator: OrderEventGenerator, orders: int) -> list[byt
     return split_records(content)
 
 
+def deliver_and_run(lake: Lake, generator: OrderEventGenerator, orders: int) -> list[bytes]:
+    delivered = deliver(lake, generator, orders)
+    lake.run_all()
+    return delivered
+
+
 def refused(lake: Lake, layer: str, capfd: pytest.CaptureFixture[str], *args: str) -> str:
     versions = {t: lake.version(t) for t in TABLES}
     assert lake.run(layer, *args) == 2
@@ -34,14 +40,12 @@ def test_a_checkpoint_that_lost_its_last_batch_is_refused(
     lake: Lake, capfd: pytest.CaptureFixture[str]
 ) -> None:
     generator = OrderEventGenerator(seed=71)
-    delivered = deliver(lake, generator, 30)
-    lake.run_all()
-    delivered += deliver(lake, generator, 30)
-    lake.run_all()
+    delivered = [*deliver_and_run(lake, generator, 30), *deliver_and_run(lake, generator, 30)]
     # The last batch's offsets and commit are lost (a partial copy): the table holds batch 1.
     checkpoint = lake.root / "_checkpoints" / "silver" / "orders"
     for folder in ("offsets", "commits"):
-        (checkpoint / folder / "1").unlink()
+        for name in ("1", ".1.crc"):
+            (checkpoint / folder / name).unlink(missing_ok=True)
     err = refused(lake, "silver", capfd)
     assert "ERROR [CheckpointBehindTable] orders.silver" in err
     assert "holds batch 1 of this query but the checkpoint planned batches up to 0" in err
@@ -55,8 +59,7 @@ def test_a_missing_checkpoint_is_refused_unless_silver_is_rebuilt(
     lake: Lake, capfd: pytest.CaptureFixture[str]
 ) -> None:
     generator = OrderEventGenerator(seed=72)
-    first = deliver(lake, generator, 40)
-    lake.run_all()
+    first = deliver_and_run(lake, generator, 40)
     for table in ("bronze/orders_events", "silver/orders"):
         shutil.rmtree(lake.root / "_checkpoints" / table)
     deliver(lake, generator, 10)
@@ -74,8 +77,7 @@ def test_a_checkpoint_from_another_root_is_refused(
 ) -> None:
     other = Lake(lake.spark, lake.settings.with_root(tmp_path / "other"), lake.monkeypatch)
     for target, seed in ((lake, 73), (other, 74)):
-        deliver(target, OrderEventGenerator(seed=seed), 20)
-        target.run_all()
+        deliver_and_run(target, OrderEventGenerator(seed=seed), 20)
     checkpoint = Path("_checkpoints") / "silver" / "orders"
     shutil.rmtree(lake.root / checkpoint)
     shutil.copytree(other.root / checkpoint, lake.root / checkpoint)

@@ -92,8 +92,7 @@ def test_sales_per_hour_and_region_count_cancellations_apart(spark: SparkSession
 
 RECORD = RecordSpec(
     fields=(
-        FieldSpec("event_id", "id"),
-        FieldSpec("k", "id"),
+        *(FieldSpec(name, "id") for name in ("event_id", "k")),
         FieldSpec("op", "enum", allowed=("upsert", "delete")),
         FieldSpec("at", "timestamp"),
         FieldSpec("v", "string", required=False),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import calendar
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -198,11 +199,17 @@ def instants_convert(params: ParamsModel) -> None:
 
 
 PROPERTY = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+Test = Callable[[type[ParamsModel], st.DataObject], None]
 
 
-@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
-@PROPERTY
-@given(data=st.data())
+def every_model(test: Test) -> Test:
+    """Run ``test(model, data)`` for each params model on 400 drawn examples."""
+    drawn = PROPERTY(given(data=st.data())(test))
+    marked: Test = pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)(drawn)
+    return marked
+
+
+@every_model
 def test_parse_accepts_only_what_the_jobs_run(
     model: type[ParamsModel], data: st.DataObject
 ) -> None:
@@ -219,9 +226,7 @@ def test_parse_accepts_only_what_the_jobs_run(
         job_round_trip(model, params, job)
 
 
-@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
-@PROPERTY
-@given(data=st.data())
+@every_model
 def test_the_dag_schema_accepts_a_field_exactly_when_the_model_does(
     model: type[ParamsModel], data: st.DataObject
 ) -> None:
@@ -235,9 +240,7 @@ def test_the_dag_schema_accepts_a_field_exactly_when_the_model_does(
     assert schema_accepts(model, name, value) == field_accepts(model, name, value), (name, value)
 
 
-@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
-@PROPERTY
-@given(data=st.data())
+@every_model
 def test_a_run_the_form_accepts_is_refused_only_by_a_rule_across_fields(
     model: type[ParamsModel], data: st.DataObject
 ) -> None:
