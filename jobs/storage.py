@@ -128,3 +128,20 @@ class HadoopStorage:
             for status in fs.listStatus(path)
             if status.isFile()
         }
+
+    def write_bytes(self, location: str, data: bytes) -> None:
+        fs, path = _fs_and_path(self.spark, location)
+        stream = fs.create(path, True)
+        try:
+            stream.write(bytearray(data))
+        finally:
+            stream.close()
+
+    def list_tree(self, location: str) -> dict[str, int]:
+        return list_tree(self.spark, location)
+
+    def delete_tree(self, location: str) -> None:
+        delete(self.spark, location)
+
+    def delete_file(self, location: str) -> None:
+        delete(self.spark, location)

@@ -21,10 +21,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from lakehouse.errors import CheckpointInconsistent
-from lakehouse.fs import Storage
+from lakehouse.fs import Storage, normalize_location
 
 
 @dataclass(frozen=True)
@@ -165,8 +164,8 @@ class Checkpoint:
         return text[text.index("{") :]
 
     def files_read(self, source: int = 0) -> set[str]:
-        """Paths a file source has already taken (its log under ``sources/<source>``),
-        as plain paths (URI scheme and escapes removed)."""
+        """Paths a file source has already taken (its log under ``sources/<source>``), in
+        ``lakehouse.fs.normalize_location``'s spelling (a local path; ``s3a://bucket/key``)."""
         folder = self.path(f"sources/{source}")
         seen: set[str] = set()
         for name in self.storage.list_names(folder):
@@ -175,7 +174,7 @@ class Checkpoint:
             text = self.storage.read_text(f"{folder}/{name}") or ""
             for line in text.splitlines()[1:]:
                 if line.strip():
-                    seen.add(unquote(urlparse(json.loads(line)["path"]).path))
+                    seen.add(normalize_location(json.loads(line)["path"]))
         return seen
 
 
