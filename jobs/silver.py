@@ -37,6 +37,7 @@ from jobs.runtime import JobContext, StreamResult, checkpoint_query_id, run_laye
 from jobs.tables import ensure_table
 from jobs.validation import KEY_HINT, VALID_COL, time_hint, with_hints, with_validation
 from lakehouse.errors import ExpectationFailed
+from lakehouse.locks import check_held
 from lakehouse.params import Mode
 from lakehouse.specs import Expectation, Layer, PipelineSpec, TableSpec
 
@@ -172,6 +173,7 @@ def rederive(
         counts = measure(marked_df, pipeline)
         what = "the window" if window else "bronze"
         check_failures(counts, pipeline, what)
+        check_held()
         stats: dict[str, Any] = dict(
             kind.rederive(marked_df.where(F.col(VALID_COL) & ~F.col(_DROPPED)), keys_df)
         )
@@ -185,6 +187,7 @@ def rederive(
                 f"{column} >= '{start.astimezone(UTC):%Y-%m-%d %H:%M:%S.%f}' AND "
                 f"{column} < '{end.astimezone(UTC):%Y-%m-%d %H:%M:%S.%f}'",
             )
+        check_held()
         writer.save(ctx.path(pipeline.silver.quarantine))
         stats["quarantine_rows"] = quarantine_df.count()
         stats["expectations"] = {r.name: counts[r.name] for r in pipeline.expectations}

@@ -216,6 +216,15 @@ class Settings(_EnvModel):
         description="how long a job waits for another writer of its tables before "
         "``ConcurrentRun``",
     )
+    lock_lease_s: int = Field(
+        30,
+        ge=3,
+        le=3600,
+        json_schema_extra=_env("lock_lease_s"),
+        description="how long the write lease of a writer that stopped renewing it (a "
+        "crashed or paused driver, on any machine) keeps others out; renewed every quarter "
+        "of it",
+    )
     maintenance_schedule: str | None = Field(
         "0 4 * * *",
         json_schema_extra=_env("maintenance_schedule"),

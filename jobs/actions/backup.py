@@ -32,6 +32,7 @@ from lakehouse.backups import (
 )
 from lakehouse.checkpoints import DeltaPosition, txn_problem
 from lakehouse.errors import CheckpointInconsistent
+from lakehouse.locks import check_held
 from lakehouse.specs import PipelineSpec, StreamSpec
 from lakehouse.submit import running_code_version
 
@@ -122,6 +123,7 @@ def backup_checkpoints(ctx: ActionContext, pipeline: PipelineSpec, keep_backups:
             streams=streams,
         )
         storage.write_text(spark, f"{partial}/{MANIFEST}", manifest.to_json())
+        check_held()
         storage.rename(spark, partial, final)
     existing = [n for n in storage.list_names(spark, root) if is_backup_id(n)]
     dropped = backups_to_drop(existing, keep_backups)

@@ -22,6 +22,7 @@ from jobs.delta_state import (
     table_state,
 )
 from jobs.tables import quote_path
+from lakehouse.locks import check_held
 from lakehouse.maintenance import (
     OptimizePolicy,
     PartitionHealth,
@@ -64,6 +65,7 @@ def optimize(ctx: ActionContext, spec: TableSpec, policy: OptimizePolicy) -> Out
             statement += f" WHERE {predicate}"
         if decision.zorder_by:
             statement += f" ZORDER BY ({', '.join(f'`{c}`' for c in decision.zorder_by)})"
+        check_held()
         metrics = ctx.spark.sql(statement).collect()[0]["metrics"]
         details.update(
             files_added=int(metrics["numFilesAdded"]),

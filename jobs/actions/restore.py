@@ -54,6 +54,7 @@ from lakehouse.backups import (
 )
 from lakehouse.checkpoints import DeltaPosition, parse_query_id, txn_problem
 from lakehouse.errors import CheckpointInconsistent, InvalidRunParams, RestoreInProgress
+from lakehouse.locks import check_held
 from lakehouse.specs import PipelineSpec, StreamSpec
 from lakehouse.submit import running_code_version
 
@@ -253,16 +254,23 @@ def restore_checkpoint(
         }
         if ctx.dry_run:
             return "dry_run", details
+        # Fenced step by step: a restore that lost its lease stops where it is (and is
+        # resumed by running it again).
+        check_held()
         if pending is None:
             storage.write_text(spark, marker, plan.to_json())
         replaced = settings.path(f"{backups_root(pipeline.name)}/replaced/{plan.restore_id}")
         for consumer in downstream:
+            check_held()
             reset_stream(ctx, consumer, replaced)
         for sink in entry.sinks:
+            check_held()
             restore_table(spark, settings.path(sink.table), sink.version)
         for sink in entry.sinks:
+            check_held()
             seed_transaction(spark, settings.path(sink.table), sink, entry, plan.query_id)
         faults.inject("restore.before_checkpoint")
+        check_held()
         install_checkpoint(ctx, manifest, entry, plan, replaced)
         storage.delete(spark, marker)
         details["reason"] = (
