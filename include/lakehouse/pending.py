@@ -10,12 +10,16 @@ when nothing arrived.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lakehouse.checkpoints import Checkpoint, DeltaPosition
-from lakehouse.fs import Storage, normalize_location, storage_for
+from lakehouse.fs import Storage, delta_storage_options, normalize_location, storage_for
 from lakehouse.params import Mode, RunParams
 from lakehouse.settings import Settings, SourceKind
 from lakehouse.specs import Layer, PipelineSpec
+
+if TYPE_CHECKING:
+    from lakehouse.s3 import S3Config
 
 # Commits that change no data: a stream reading the table skips them.
 _NO_DATA_OPERATIONS = ("OPTIMIZE", "VACUUM START", "VACUUM END")
@@ -33,12 +37,15 @@ class Pending:
         return self.items == 0
 
 
-def _delta_pending(settings: Settings, layer: str, source: str, checkpoint: Checkpoint) -> Pending:
+def _delta_pending(
+    settings: Settings, layer: str, source: str, checkpoint: Checkpoint, s3: S3Config | None
+) -> Pending:
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        table = DeltaTable(settings.path(source))
+        options = delta_storage_options(settings, s3)
+        table = DeltaTable(settings.path(source), storage_options=options)
     except TableNotFoundError:
         return Pending(layer, 0, 0, f"{source} does not exist yet: nothing to read")
     latest = table.version()
@@ -89,25 +96,31 @@ def _landing_pending(
     return Pending(layer, len(new), None, f"{len(new)} new landing files ({size:,} bytes)")
 
 
-def pending_input(settings: Settings, pipeline: PipelineSpec, layer: str) -> Pending:
+def pending_input(
+    settings: Settings, pipeline: PipelineSpec, layer: str, s3: S3Config | None = None
+) -> Pending:
+    """What ``layer`` would read now (``s3``: credentials for an S3 root, default the
+    environment's)."""
     stream = pipeline.stream(layer)
-    storage = storage_for(settings)
+    storage = storage_for(settings, s3)
     checkpoint = Checkpoint(storage, settings.path(stream.checkpoint))
     if stream.sources:
-        return _delta_pending(settings, layer, stream.sources[0], checkpoint)
+        return _delta_pending(settings, layer, stream.sources[0], checkpoint, s3)
     source = settings.pipeline(pipeline).source
     if source != SourceKind.FILE:
         return Pending(layer, 0, None, f"{source} source: checked by the job")
     return _landing_pending(settings, pipeline, layer, storage, checkpoint)
 
 
-def dry_run_report(settings: Settings, pipeline: PipelineSpec, params: RunParams) -> list[str]:
+def dry_run_report(
+    settings: Settings, pipeline: PipelineSpec, params: RunParams, s3: S3Config | None = None
+) -> list[str]:
     """What a run with ``params`` would do, layer by layer, without doing it."""
     lines = [f"{pipeline.name}: {params.describe()}"]
     for layer in params.layers:
         if layer not in pipeline.layers:
             continue
-        pending = pending_input(settings, pipeline, layer)
+        pending = pending_input(settings, pipeline, layer, s3)
         targets = ", ".join(pipeline.stream(layer).targets)
         lines.append(f"  {layer}: would read {pending.description} into {targets}")
         if layer != Layer.BRONZE and params.mode == Mode.REPROCESS:

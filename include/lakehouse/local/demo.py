@@ -29,12 +29,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lakehouse.errors import ConfigurationError
+from lakehouse.fs import storage_for
 from lakehouse.local.env import subprocess_env
 from lakehouse.local.report import render
 from lakehouse.registry import registry
 from lakehouse.sample_customers import CustomerEventGenerator
 from lakehouse.sample_customers import message_key as customer_key
-from lakehouse.sample_data import OrderEventGenerator, render_file, write_landing_file
+from lakehouse.sample_data import OrderEventGenerator, land_file, render_file
 from lakehouse.settings import Settings
 
 PIPELINES = ("customers", "orders", "segment_sales")
@@ -77,9 +78,19 @@ def run_all(settings: Settings, logs: Path, label: str) -> None:
 
 
 def land(settings: Settings, pipeline: str, lines: list[bytes], label: str) -> None:
-    landing = settings.local_path(registry(settings).get(pipeline).landing)
-    path = write_landing_file(landing, render_file(lines))
-    print(f"  {pipeline}: landed {len(lines):,} records ({label}) in {path.name}")
+    """Land one file whole (an object on S3), as a producer outside the lakehouse would."""
+    landing = settings.path(registry(settings).get(pipeline).landing)
+    location = land_file(storage_for(settings), landing, render_file(lines))
+    print(f"  {pipeline}: landed {len(lines):,} records ({label}) in {location.rsplit('/')[-1]}")
+
+
+def landed_files(settings: Settings) -> int:
+    """Landing files of every example pipeline so far (a new seed per demo run)."""
+    storage = storage_for(settings)
+    return sum(
+        len(storage.file_sizes(settings.path(registry(settings).get(p).landing)))
+        for p in ("customers", "orders")
+    )
 
 
 def demo_topic(settings: Settings, pipeline: str) -> str:
@@ -144,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         deliver = send
         print()
     # A different seed per demo run: running it again adds new data, not the same.
-    seed = 2026 + len(list(settings.local_path("").glob("landing/*/*.jsonl")))
+    seed = 2026 + landed_files(settings)
     if args.source == "kafka":
         from lakehouse.local import kafka_dev
 
