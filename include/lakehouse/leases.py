@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Protocol
 from lakehouse.errors import ConcurrentRun, ConfigurationError, LakehouseError, LeaseLost
 
 if TYPE_CHECKING:
-    from lakehouse.s3 import S3Client
+    from lakehouse.s3 import S3Client, S3Config
     from lakehouse.settings import Settings
 
 LOCK_DIR = "_locks"
@@ -283,14 +283,26 @@ class LeaseStore(Protocol):
 
 class LocalLeaseStore:
     """A folder on a local or network disk: create-if-absent is ``link()`` of a complete
-    temporary file (atomic and exclusive on local disks and on NFS alike)."""
+    temporary file (atomic and exclusive on local disks and on NFS alike). The clock is the
+    file system's: the time it stamps on a file touched now (on NFS, the server's)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.where = str(folder)
 
+    def _now(self) -> float:
+        probe = self.folder / f".clock.{socket.gethostname()}.{os.getpid()}"
+        try:
+            probe.touch()
+            os.utime(probe, None)  # stamped by the file system (NFS: "set to server time")
+            return probe.stat().st_mtime
+        except FileNotFoundError:
+            return time.time()  # no folder yet: nothing to compare with
+        finally:
+            probe.unlink(missing_ok=True)
+
     def entries(self) -> tuple[list[Entry], float]:
-        now = time.time()
+        now = self._now()
         try:
             found = [
                 Entry(e.name, e.stat().st_mtime)
@@ -359,8 +371,9 @@ def lease_folder(table: str) -> str:
     return f"{LOCK_DIR}/{table.strip('/').replace('/', '__')}"
 
 
-def store_for(settings: Settings, table: str) -> LeaseStore:
-    """The lease store of ``table`` under the settings' root.
+def store_for(settings: Settings, table: str, s3: S3Config | None = None) -> LeaseStore:
+    """The lease store of ``table`` under the settings' root (``s3``: the credentials for an
+    S3 root, default ``S3Config.from_env``).
 
     Raises
     ------
@@ -374,7 +387,7 @@ def store_for(settings: Settings, table: str) -> LeaseStore:
         return LocalLeaseStore(root / lease_folder(table))
     if is_s3_uri(settings.root):
         bucket, key = split_uri(settings.path(lease_folder(table)))
-        return S3LeaseStore(S3Client(S3Config.from_env(), bucket), key)
+        return S3LeaseStore(S3Client(s3 or S3Config.from_env(), bucket), key)
     raise ConfigurationError(
         f"LAKEHOUSE_ROOT={settings.root}: the write lease needs create-if-absent, which this "
         "project implements for local or NFS paths and for S3 (s3a://) only.",
@@ -422,6 +435,7 @@ class Lease:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _records: dict[tuple[str, float], bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.holder is None:
@@ -432,8 +446,22 @@ class Lease:
         return self.lease_s / 4
 
     def look(self) -> LeaseState:
+        """One listing, and a read of the newest generation's record the first time it is
+        seen (a record is never rewritten: an object of the same name and time is the same
+        record, one created again after a clean-up is not)."""
         entries, now = self.store.entries()
-        return LeaseState.of(entries, now, self.store.read)
+        modified = {e.name: e.modified for e in entries}
+
+        def read(name: str) -> bytes | None:
+            key = (name, modified.get(name, -1.0))
+            if key not in self._records:
+                data = self.store.read(name)
+                if data is None:
+                    return None
+                self._records[key] = data
+            return self._records[key]
+
+        return LeaseState.of(entries, now, read)
 
     def _gone(self, state: LeaseState) -> bool | None:
         assert self.holder is not None

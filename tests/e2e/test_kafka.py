@@ -103,11 +103,11 @@ def kafka_lake(lake: Lake, kafka_broker: KafkaPorts) -> KafkaLake:
 
 def submit_bronze(lake: Lake, *args: str) -> subprocess.Popen[str]:
     """Bronze as Airflow runs it: spark-submit in its own process group."""
-    settings = Settings.from_env().with_root(lake.root)
+    settings = Settings.from_env().with_root(lake.settings.root)
     spec = job_submit_spec(settings, "orders", "bronze", run_id="kafka-kill", extra_args=args)
     return subprocess.Popen(
         spec.argv("local[2]"),
-        env=subprocess_env(settings, LAKEHOUSE_ROOT=str(lake.root)),
+        env=subprocess_env(settings, LAKEHOUSE_ROOT=lake.settings.root),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -118,6 +118,7 @@ def submit_bronze(lake: Lake, *args: str) -> subprocess.Popen[str]:
 # ----------------------------------------------------------------- against the broker
 
 
+@pytest.mark.parametrize("lake", ["local", "s3"], indirect=True)
 def test_contract_holds_over_runs_and_a_killed_run(kafka_lake: KafkaLake) -> None:
     lake = kafka_lake.lake
     kafka_lake.create(partitions=3)

@@ -241,3 +241,17 @@ def test_a_local_folder_creates_each_name_once(tmp_path: Path) -> None:
     assert abs(now - entries[0].modified) < 5
     store.delete("g0000000001.lease")
     assert store.read("g0000000001.lease") is None
+
+
+def test_a_lease_folder_cleaned_by_hand_still_fences_the_old_holder(
+    world: World, store: MemoryStore
+) -> None:
+    a = lease(world, store, "a", "m1").acquire(wait_s=0)
+    a.check()
+    store.objects.clear()  # someone deleted _locks/ while a held it
+    world.now += 1
+    b = lease(world, store, "b", "m2").acquire(wait_s=0)
+    assert b.generation == a.generation == 1  # the numbers start again, the token differs
+    with pytest.raises(LeaseLost, match="generation 1 of b"):
+        a.check()
+    b.check()

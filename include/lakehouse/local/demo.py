@@ -12,6 +12,10 @@ Airflow, a report.
    days the changes touch;
 5. prints what the tables hold (``lakehouse.local.report``).
 
+With ``LAKEHOUSE_ROOT=s3a://lakehouse/<prefix>`` (after ``make s3-up``) it runs the same on
+the local S3 server, landing whole objects, and says how many S3 requests each pipeline run
+made (from the server's metrics).
+
 The Kafka demo keeps its tables apart (``data/lakehouse-kafka`` unless ``LAKEHOUSE_ROOT`` is
 set): a root's bronze streams read one source for good. Each Airflow run's full log is kept
 under ``data/demo-logs/``.
@@ -72,9 +76,35 @@ def run_pipeline(settings: Settings, pipeline: str, log_path: Path) -> float:
 
 
 def run_all(settings: Settings, logs: Path, label: str) -> None:
+    requests = s3_request_counter(settings)
     for pipeline in PIPELINES:
+        before = requests() if requests else {}
         seconds = run_pipeline(settings, pipeline, logs / f"{label}-{pipeline}.log")
-        print(f"  {pipeline}_pipeline done in {seconds:.0f}s")
+        line = f"  {pipeline}_pipeline done in {seconds:.0f}s"
+        if requests:
+            after = requests()
+            spent = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+            kinds = ", ".join(f"{k} {n:,}" for k, n in sorted(spent.items(), key=lambda i: -i[1]))
+            line += f"; {sum(spent.values()):,} S3 requests ({kinds})"
+        print(line)
+
+
+def s3_request_counter(settings: Settings) -> Callable[[], dict[str, int]] | None:
+    """The local S3 server's request counts, when the root is on it (None otherwise)."""
+    from lakehouse.s3 import is_s3_uri
+
+    if not is_s3_uri(settings.root):
+        return None
+    from lakehouse.local import services
+
+    server = services.s3_server(settings)
+    if settings.s3_endpoint != server.endpoint:
+        return None
+    try:
+        server.request_counts()
+    except OSError:
+        return None  # a server started before it exposed its metrics
+    return server.request_counts
 
 
 def land(settings: Settings, pipeline: str, lines: list[bytes], label: str) -> None:
