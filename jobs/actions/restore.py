@@ -285,7 +285,7 @@ def reset_stream(ctx: ActionContext, stream: StreamSpec, replaced: str) -> None:
     """Move ``stream``'s checkpoint aside and empty its tables: it rebuilds from its source."""
     spark, settings = ctx.spark, ctx.settings
     checkpoint = settings.path(stream.checkpoint)
-    if storage.exists(spark, checkpoint):
+    if storage.has_files(spark, checkpoint):
         storage.rename(spark, checkpoint, f"{replaced}/{stream.checkpoint}")
     for table in stream.targets:
         location = settings.path(table)
@@ -334,7 +334,7 @@ def install_checkpoint(
     staged = settings.path(
         f"{backups_root(manifest.pipeline)}/staging/{plan.restore_id}/{entry.checkpoint}"
     )
-    if not storage.exists(spark, staged):
+    if not storage.has_files(spark, staged):
         copy = settings.path(
             f"{backup_dir(manifest.pipeline, manifest.backup_id)}/{entry.checkpoint}"
         )
@@ -342,7 +342,7 @@ def install_checkpoint(
     storage.write_text(
         spark, f"{staged}/metadata", json.dumps({"id": plan.query_id}), overwrite=True
     )
-    if storage.exists(spark, live):
+    if storage.has_files(spark, live):
         storage.rename(spark, live, f"{replaced}/{entry.checkpoint}")
     storage.rename(spark, staged, live)
     storage.delete(

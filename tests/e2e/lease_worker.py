@@ -6,11 +6,12 @@ process of another machine, so that the lease's same-machine liveness probe stay
 way and only the lease itself (expiry, generations, fencing) decides.
 
     python -m tests.e2e.lease_worker <root> <name> [--machine M] [--wait-s S] [--hold-s S]
-        [--lease-s S] [--start-at EPOCH]
+        [--lease-s S] [--start-at EPOCH] [--rounds N --period S]
 
 It prints ``ACQUIRED <generation> <epoch>``, then after holding ``COMMITTED <epoch>`` or
 ``ERROR [LeaseLost] ...``; ``ERROR [ConcurrentRun] ...`` when it never got the lease. Exit
-code 0 committed, 2 refused (ConcurrentRun or LeaseLost).
+code 0 committed, 2 refused (ConcurrentRun or LeaseLost). With ``--rounds`` it tries once per
+round, at ``start-at + round * period``, prints ``ROUND <n> COMMITTED|REFUSED`` and exits 0.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--lease-s", type=float, default=6.0)
     parser.add_argument("--start-at", type=float, default=0.0)
     parser.add_argument("--poll-s", type=float, default=0.25)
+    parser.add_argument("--rounds", type=int, default=0)
+    parser.add_argument("--period", type=float, default=2.0)
     args = parser.parse_args(argv)
 
     import pyarrow as pa
@@ -57,6 +60,8 @@ def main(argv: list[str]) -> int:
     options = delta_storage_options(settings)
     location = settings.path(TABLE)
     say("READY")
+    if args.rounds:
+        return rounds(args, settings, location, options)
     time.sleep(max(0.0, args.start_at - time.time()))
     try:
         lease.acquire(args.wait_s, poll_s=args.poll_s)
@@ -72,6 +77,35 @@ def main(argv: list[str]) -> int:
     except LakehouseError as exc:
         say(f"ERROR [{exc.code}] {exc}")
         return 2
+    return 0
+
+
+def rounds(
+    args: argparse.Namespace, settings: Settings, location: str, options: dict[str, str]
+) -> int:
+    """Try for the lease once per round, all rounds at agreed times; commit when it is won."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    for n in range(args.rounds):
+        time.sleep(max(0.0, args.start_at + n * args.period - time.time()))
+        lease = Lease(
+            store_for(settings, TABLE),
+            TABLE,
+            args.name,
+            lease_s=args.lease_s,
+            holder=Holder.this_process(args.name, machine=args.machine),
+        )
+        try:
+            lease.acquire(0.0)
+        except LakehouseError as exc:
+            say(f"ROUND {n} REFUSED [{exc.code}]")
+            continue
+        lease.check()
+        row = pa.table({"owner": [args.name], "generation": [lease.generation], "round": [n]})
+        write_deltalake(location, row, mode="append", storage_options=options)
+        lease.release()
+        say(f"ROUND {n} COMMITTED {lease.generation}")
     return 0
 
 

@@ -124,24 +124,26 @@ def committed_rows(s3_server: S3Server, root: str) -> list[tuple[str, int]]:
 def test_of_two_drivers_exactly_one_writes_20_tries_of_20(
     s3_server: S3Server, root: str, start: Launch
 ) -> None:
+    """Two processes try for the lease at the same moments, 20 times (a round every 2 s):
+    each time exactly one takes it and commits, the other is refused."""
     launch = start
-    outcomes = []
-    for attempt in range(20):
-        begin = time.time() + 2.0  # both look for the lease at the same moment
-        pair = [
-            launch(root, f"t{attempt}-{side}", "--start-at", f"{begin}", "--hold-s", "0.5")
-            for side in ("a", "b")
-        ]
-        codes = [worker.finish() for worker in pair]
-        outputs = [worker.output() for worker in pair]
-        winners = [o for o in outputs if "COMMITTED" in o]
-        losers = [o for o in outputs if "ERROR [ConcurrentRun]" in o]
-        outcomes.append((sorted(codes), len(winners), len(losers)))
-        assert (sorted(codes), len(winners), len(losers)) == ([0, 2], 1, 1), outputs
-    assert outcomes == [([0, 2], 1, 1)] * 20
+    begin = time.time() + 8.0  # both processes started and ready
+    pair = [
+        launch(root, side, "--rounds", "20", "--period", "2", "--start-at", f"{begin}")
+        for side in ("a", "b")
+    ]
+    assert [worker.finish(timeout_s=180) for worker in pair] == [0, 0], pair[0].output()
+    outcomes: dict[int, list[str]] = {}
+    for worker in pair:
+        for _, line in worker.lines:
+            if line.startswith("ROUND"):
+                _, n, outcome, *_ = line.split()
+                outcomes.setdefault(int(n), []).append(outcome)
+    assert {n: sorted(o) for n, o in outcomes.items()} == {
+        n: ["COMMITTED", "REFUSED"] for n in range(20)
+    }, [w.output() for w in pair]
     rows = committed_rows(s3_server, root)
-    # One row per try, each from a different generation of the lease.
-    assert len(rows) == 20 and len({g for _, g in rows}) == 20
+    # One row per try, each from a new generation of the lease.
     assert sorted(g for _, g in rows) == list(range(1, 21))
 
 
@@ -161,7 +163,9 @@ def test_a_holder_killed_with_sigkill_is_replaced_within_the_lease_time(
     replaced_after_s = float(replaced.split()[2]) - killed_at
     assert waiter.finish() == 0, waiter.output()
     print(f"killed holder replaced after {replaced_after_s:.2f}s (lease {LEASE_S:.0f}s)")
-    assert 0 < replaced_after_s <= LEASE_S + 1.0
+    # Within the lease: its last heartbeat came before the kill; the storage's times are
+    # whole seconds and the waiter looks four times a second, hence the 1.5 s.
+    assert 0 < replaced_after_s <= LEASE_S + 1.5
     assert int(replaced.split()[1]) == int(taken.split()[1]) + 1
     assert committed_rows(s3_server, root) == [("waiter", 2)]
 
