@@ -380,7 +380,8 @@ class Settings(_EnvModel):
 
     def with_env(self, **variables: str) -> Settings:
         """These settings read again with ``variables`` (``LAKEHOUSE_*``) changed."""
-        env = {**self.environ, "LAKEHOUSE_ROOT": self.root, **variables}
+        s3 = {"AWS_REGION": self.s3_region, "AWS_ENDPOINT_URL": self.s3_endpoint or ""}
+        env = {**self.environ, **s3, "LAKEHOUSE_ROOT": self.root, **variables}
         return Settings.from_env({**env, "LAKEHOUSE_HOME": str(self.project_dir)})
 
     @property

@@ -150,6 +150,10 @@ def test_every_light_side_reader_takes_the_roots_access(tmp_path: Path) -> None:
     local = Settings.from_env({"LAKEHOUSE_ROOT": str(tmp_path)})
     assert isinstance(storage_for(local), LocalStorage) and delta_storage_options(local) == {}
     assert split_uri("s3a://bucket/lake/_locks/x") == ("bucket", "lake/_locks/x")
+    # Settings read again for other LAKEHOUSE_* values keep their S3 endpoint and region.
+    endpoint_env = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_REGION": "eu-west-1"}
+    again = Settings.from_env(endpoint_env).with_env(LAKEHOUSE_ORDERS_SOURCE="kafka")
+    assert (again.s3_endpoint, again.s3_region) == ("http://127.0.0.1:9", "eu-west-1")
     # The lease needs create-if-absent: a root without a lease store is refused, by name.
     abfs = Settings.from_env({"LAKEHOUSE_ROOT": "abfss://c@account.dfs.core.windows.net/lake"})
     with pytest.raises(ConfigurationError, match="create-if-absent"):

@@ -56,7 +56,8 @@ def run_pipeline(settings: Settings, pipeline: str, log_path: Path) -> float:
     with open(log_path, "w", encoding="utf-8") as log:
         process = subprocess.Popen(
             ["airflow", "dags", "test", f"{pipeline}_pipeline"],
-            env=subprocess_env(settings, LAKEHOUSE_ROOT=settings.root, **settings.environ),
+            # The root as the demo chose it (it may differ from a LAKEHOUSE_ROOT in environ).
+            env=subprocess_env(settings, **{**settings.environ, "LAKEHOUSE_ROOT": settings.root}),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
