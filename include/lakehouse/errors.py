@@ -87,7 +87,11 @@ class JarsMissing(LakehouseError):
 
 
 class LakehouseRootNotWritable(LakehouseError):
-    hint = "Point LAKEHOUSE_ROOT at a folder this user can write, or fix its permissions."
+    hint = (
+        "Point LAKEHOUSE_ROOT at a folder this user can write, or fix its permissions; on S3, "
+        "check the bucket, AWS_ENDPOINT_URL and the credentials (the lakehouse_s3 connection "
+        "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)."
+    )
 
 
 class SparkMasterUnreachable(LakehouseError):
