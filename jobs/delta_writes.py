@@ -4,6 +4,8 @@
 ``commits/<batch>`` file, the batch runs again. Each write below records
 ``(txnAppId=query id, txnVersion=batch id)`` in the same atomic Delta commit as its data, and
 Delta skips a write whose version is not above the one recorded, as its own streaming sink does.
+Every write first checks that the job still holds its tables' write leases
+(``lakehouse.locks.check_held``): a writer that lost its lease commits nothing.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.locks import check_held
+
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
 
 def append_once(df: DataFrame, location: str, app_id: str, batch_id: int) -> None:
+    check_held()
     (
         df.write.format("delta")
         .mode("append")
@@ -38,6 +43,7 @@ def dml_transaction(spark: SparkSession, app_id: str, batch_id: int) -> Iterator
     Delta takes DML transaction ids from the session; they are cleared again on the way out so
     that no later write of this session is mistaken for a replay.
     """
+    check_held()
     spark.conf.set(_TXN_APP_ID, app_id)
     spark.conf.set(_TXN_VERSION, str(batch_id))
     try:
@@ -151,6 +157,7 @@ def replace_scope(
             .whenNotMatchedInsert(condition=f"s.{PRESENT}", values={c: f"s.{c}" for c in columns})
         )
         if app_id is None or batch_id is None:
+            check_held()
             merge.execute()
         else:
             with dml_transaction(spark, app_id, batch_id):

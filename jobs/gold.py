@@ -32,6 +32,7 @@ from jobs.delta_writes import last_commit_metrics, match_on, replace_scope
 from jobs.runtime import JobContext, StreamResult, checkpoint_query_id, run_layer, run_stream
 from jobs.tables import ensure_table
 from lakehouse.checkpoints import Checkpoint, DeltaPosition
+from lakehouse.locks import check_held
 from lakehouse.params import Mode
 from lakehouse.registry import registry
 from lakehouse.specs import Gold, Layer
@@ -157,6 +158,7 @@ def recompute_all(ctx: JobContext, gold: Gold, *, overwrite: bool) -> dict[str, 
     location = ctx.path(gold.table)
     columns = ctx.pipeline.table(gold.table).columns
     recomputed_df = compute(gold, current_inputs(ctx.spark, ctx, gold)).select(*columns)
+    check_held()
     if overwrite:
         recomputed_df.write.format("delta").mode("overwrite").save(location)
     else:

@@ -41,7 +41,7 @@ from lakehouse.authz import ACCEPT_DATA_LOSS, require_grant
 from lakehouse.backups import restore_marker
 from lakehouse.checkpoints import Checkpoint
 from lakehouse.errors import ConfigurationError, LakehouseError, RestoreInProgress
-from lakehouse.locks import table_locks
+from lakehouse.locks import check_held, on_any_lost, table_locks
 from lakehouse.params import RunParams
 from lakehouse.preflight import check_root_writable
 from lakehouse.registry import registry
@@ -150,7 +150,16 @@ class RunRecord:
 
 
 def append_run_log(spark: SparkSession, settings: Settings, record: RunRecord) -> None:
-    location = ensure_table(spark, settings, RUN_LOG)
+    # Every job appends here: under the table's lease, as every other write, because Delta
+    # on S3 without a DynamoDB log store cannot tell two drivers' commits apart.
+    owner = f"run log of {record.pipeline}.{record.layer} run {record.run_id}"
+    with table_locks(settings, [RUN_LOG.name], owner, settings.lock_wait_s) as locks:
+        location = ensure_table(spark, settings, RUN_LOG)
+        locks.check()
+        _append_row(spark, location, record)
+
+
+def _append_row(spark: SparkSession, location: str, record: RunRecord) -> None:
     row = (
         record.pipeline,
         record.layer,
@@ -365,7 +374,11 @@ class JobContext:
 
         def guarded_batch(batch_df: DataFrame, batch_id: int) -> None:
             try:
+                # Fenced: a writer that lost its lease neither writes nor lets Spark record
+                # the batch as committed (``commits/<batch>`` follows this function).
+                check_held()
                 write_batch(batch_df, batch_id)
+                check_held()
             except LakehouseError as exc:
                 self.failure = exc
                 raise
@@ -417,6 +430,9 @@ def run_stream(ctx: JobContext, writer: DataStreamWriter) -> StreamResult:
         .start()
     )
     log.info("query %s started (id %s, checkpoint %s)", ctx.query_name, query.id, ctx.checkpoint)
+    # A lost lease stops the query at once, whatever it is doing (bronze's Delta sink has no
+    # hook before its commit); the check below then names the loss.
+    on_any_lost(lambda _: query.stop() if query.isActive else None)
     result = StreamResult(query_id=str(query.id))
     seen: set[int] = set()
 
@@ -455,6 +471,7 @@ def run_stream(ctx: JobContext, writer: DataStreamWriter) -> StreamResult:
         report()
         if query.isActive:
             query.stop()
+    check_held()
     return result
 
 
@@ -514,7 +531,7 @@ def run_layer(
         with (
             table_locks(
                 settings, params.locked_tables(pipeline, layer), owner, settings.lock_wait_s
-            ),
+            ) as locks,
             run_markers.running(
                 spark,
                 settings,
@@ -531,6 +548,7 @@ def run_layer(
             check_checkpoint(spark, settings, stream, params)
             t0 = time.monotonic()
             result = body(ctx)
+            locks.check()  # a run that lost its lease on the way is not a success
         record.status = "succeeded"
         record.query_id = result.query_id
         record.batches = result.batches
@@ -539,6 +557,7 @@ def run_layer(
         record.rows_quarantined = result.rows_quarantined or ctx.counters.rows_quarantined
         record.source_start, record.source_end = result.source_start, result.source_end
         record.details = {"stream_s": round(time.monotonic() - t0, 3), **result.details}
+        record.details["leases"] = locks.describe()
         # What the run left its tables at (the asset events of the Airflow task carry it).
         record.details["table_versions"] = {
             table: table_version(spark, ctx.path(table)) for table in stream.targets

@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 
 from lakehouse.jars import spark_jars
 from lakehouse.preflight import java_executable
+from lakehouse.s3 import ACCESS_FILE_ENV, S3Config
 from lakehouse.settings import Settings
 from lakehouse.submit import LOCAL_MASTER, spark_conf
 
@@ -41,4 +42,18 @@ def build_spark(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    apply_s3_access(spark)
     return spark
+
+
+def apply_s3_access(spark: SparkSession) -> None:
+    """Credentials the Airflow operator handed this job in its S3 access file (from the
+    ``lakehouse_s3`` connection), set on the running JVM's Hadoop configuration before any
+    s3a file system exists: never in the Spark configuration or on a command line, and
+    hidden by ``spark.redaction.regex`` where Spark lists Hadoop properties. Without the file
+    S3A takes ``AWS_*`` from the environment, as Spark copies them in."""
+    if not os.environ.get(ACCESS_FILE_ENV):
+        return
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in S3Config.from_env().hadoop_credentials().items():
+        hadoop.set(key, value)

@@ -46,6 +46,7 @@ from jobs.validation import (
     with_validation,
 )
 from lakehouse.errors import ExpectationFailed
+from lakehouse.locks import check_held
 from lakehouse.params import Mode
 from lakehouse.specs import Expectation, Layer, PipelineSpec, TableSpec
 
@@ -210,6 +211,7 @@ def rederive(
         counts = measure(marked_df, pipeline)
         what = "the window" if window else "bronze"
         check_failures(counts, pipeline, what)
+        check_held()
         stats: dict[str, Any] = dict(
             kind.rederive(marked_df.where(F.col(VALID_COL) & ~F.col(_DROPPED)), keys_df)
         )
@@ -224,6 +226,7 @@ def rederive(
                 f"{column} >= '{start.astimezone(UTC):%Y-%m-%d %H:%M:%S.%f}' AND "
                 f"{column} < '{end.astimezone(UTC):%Y-%m-%d %H:%M:%S.%f}'",
             )
+        check_held()
         writer.save(ctx.path(pipeline.silver.quarantine))
         stats["quarantine_rows"] = quarantine_df.count()
         stats["expectations"] = {r.name: counts[r.name] for r in pipeline.expectations}

@@ -50,22 +50,44 @@ def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 @pytest.fixture(scope="session")
 def spark(base_settings: Settings) -> Iterator[SparkSession]:
     from jobs.session import build_spark
+    from lakehouse.jars import jar_files, resolve_all, spark_jars
 
-    session = build_spark("lakehouse-tests", base_settings, master="local[2]")
+    # With the s3a jars, whatever the root: a test may put its lake on the local S3 server
+    # (``lake`` with the param "s3").
+    resolve_all(base_settings, ("s3",))
+    jars = [*spark_jars(base_settings), *map(str, jar_files(base_settings, "s3"))]
+    session = build_spark(
+        "lakehouse-tests",
+        base_settings,
+        master="local[2]",
+        extra_conf={"spark.jars": ",".join(jars)},
+    )
     yield session
     session.stop()
 
 
 @pytest.fixture
 def lake(
-    spark: SparkSession, base_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Lake:
+    request: pytest.FixtureRequest,
+    spark: SparkSession,
+    base_settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Lake]:
+    """A fresh root: a folder under ``tmp_path``, or with the param "s3"
+    (``@pytest.mark.parametrize("lake", ["local", "s3"], indirect=True)``) a prefix of the
+    local S3 server's bucket, emptied afterwards."""
     from tests.lake import Lake
 
-    settings = base_settings.with_root(tmp_path / "lake")
     monkeypatch.setenv("LAKEHOUSE_SHUFFLE_PARTITIONS", "2")
     monkeypatch.setenv("LAKEHOUSE_ORDERS_SOURCE", "file")
-    return Lake(spark, settings, monkeypatch)
+    if getattr(request, "param", "local") == "local":
+        yield Lake(spark, base_settings.with_root(tmp_path / "lake"), monkeypatch, tmp_path)
+        return
+    from tests.lake import s3_lake
+
+    server: S3Server = request.getfixturevalue("s3_server")
+    yield from s3_lake(spark, base_settings, server, tmp_path, monkeypatch)
 
 
 def _service(service: str) -> Iterator[Settings]:

@@ -8,18 +8,26 @@ spark-submit instead.
 from __future__ import annotations
 
 import subprocess
+import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from lakehouse.sample_data import write_landing_file
+from lakehouse.fs import Storage, delta_storage_options, storage_for
+from lakehouse.sample_data import land_file
 from lakehouse.settings import Settings
 from tests.oracle import GOLD_COLUMNS, SILVER_COLUMNS
 from tests.oracle_customers import HISTORY_COLUMNS, SEGMENT_COLUMNS
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+    from lakehouse.local.services import S3Server
 
 # Every layer of each example pipeline, in the order a full run takes them.
 LAYERS = {
@@ -39,22 +47,35 @@ def _hashable(value: Any) -> Any:
 
 @dataclass
 class Lake:
-    """A lakehouse root under ``tmp_path`` and helpers to feed it and run layers."""
+    """A lakehouse root (a folder under ``tmp_path``, or a prefix on the local S3 server) and
+    helpers to feed it and run layers. ``scratch`` is a local folder of the test's own."""
 
     spark: SparkSession
     settings: Settings
     monkeypatch: pytest.MonkeyPatch
+    scratch: Path | None = None
 
     @property
     def root(self) -> Path:
+        """The root as a local folder (tests that look at files on disk)."""
+        assert self.settings.root_is_local, "this test reads the root as a local folder"
         return Path(self.settings.root)
+
+    @property
+    def storage(self) -> Storage:
+        return storage_for(self.settings)
 
     def land(
         self, content: bytes | list[bytes], name: str | None = None, pipeline: str = "orders"
-    ) -> Path:
+    ) -> str:
+        """Land one file whole: an object on S3, renamed in from a hidden name on a disk."""
         if isinstance(content, list):
             content = b"\n".join(content) + b"\n"
-        return write_landing_file(self.root / "landing" / pipeline, content, name)
+        return land_file(self.storage, self.settings.path(f"landing/{pipeline}"), content, name)
+
+    def exists(self, relative: str) -> bool:
+        """Whether anything is stored under ``relative`` (a file or a folder)."""
+        return bool(self.storage.list_tree(self.settings.path(relative)))
 
     def run(
         self, layer: str, *args: str, fault: str | None = None, pipeline: str = "orders"
@@ -67,7 +88,7 @@ class Lake:
         else:
             self.monkeypatch.delenv("LAKEHOUSE_FAULT", raising=False)
         try:
-            argv = ["--pipeline", pipeline, "--root", str(self.root), *args]
+            argv = ["--pipeline", pipeline, "--root", self.settings.root, *args]
             return int(module.main(argv))
         finally:
             self.monkeypatch.delenv("LAKEHOUSE_FAULT", raising=False)
@@ -77,7 +98,8 @@ class Lake:
         loss): its run id; the grant file the operator would hand over is in place."""
         from lakehouse.authz import GRANT_FILE_ENV, Grant
 
-        path = self.root.parent / f"grant-{run_id}.json"
+        folder = self.scratch or self.root.parent
+        path = folder / f"grant-{run_id}.json"
         if not path.exists():
             Grant("test", run_id, "admin", (action,)).write(path)
         self.monkeypatch.setenv(GRANT_FILE_ENV, str(path))
@@ -98,10 +120,10 @@ class Lake:
         from lakehouse.local.env import subprocess_env
         from lakehouse.submit import job_submit_spec
 
-        settings = Settings.from_env().with_root(self.root)
+        settings = Settings.from_env().with_root(self.settings.root)
         run_id = run_id or f"test-{pipeline}-{job}"
         spec = job_submit_spec(settings, pipeline, job, run_id=run_id, extra_args=args)
-        environment = subprocess_env(settings, LAKEHOUSE_ROOT=str(self.root), **env)
+        environment = subprocess_env(settings, LAKEHOUSE_ROOT=self.settings.root, **env)
         environment.pop("LAKEHOUSE_FAULT", None)
         if fault:
             environment["LAKEHOUSE_FAULT"] = fault
@@ -193,7 +215,71 @@ class Lake:
             ),
         }
 
-    def version(self, table: str) -> int:
+    def delta(self, table: str, version: int | None = None) -> DeltaTable:
+        """``table`` through delta-rs (no JVM), with the root's storage options."""
         from deltalake import DeltaTable
 
-        return int(DeltaTable(self.settings.path(table)).version())
+        return DeltaTable(
+            self.settings.path(table),
+            version=version,
+            storage_options=delta_storage_options(self.settings),
+        )
+
+    def read_rows(self, table: str, version: int | None = None) -> list[dict[str, Any]]:
+        """``table``'s rows through delta-rs's query engine."""
+        from lakehouse.local.report import read_rows
+
+        options = delta_storage_options(self.settings)
+        return read_rows(self.settings.path(table), version=version, storage_options=options)
+
+    def version(self, table: str) -> int:
+        return int(self.delta(table).version())
+
+
+def s3_lake(
+    spark: SparkSession,
+    base_settings: Settings,
+    server: S3Server,
+    scratch: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Lake]:
+    """A lake under a prefix of its own on the local S3 server, emptied afterwards.
+
+    The jobs run in this process: they find the endpoint and credentials in ``AWS_*`` (as a
+    job started by hand does), and the test session's JVM, started before the server was
+    known, gets them on its Hadoop configuration (s3a reads it when it first opens the
+    bucket).
+    """
+    from lakehouse.local import seaweedfs
+
+    config = server.config()
+    prefix = f"tests/{uuid.uuid4().hex[:12]}"
+    variables = {
+        "AWS_ENDPOINT_URL": config.endpoint,
+        "AWS_REGION": config.region,
+        "AWS_ACCESS_KEY_ID": config.access_key_id,
+        "AWS_SECRET_ACCESS_KEY": config.secret_access_key,
+    }
+    for key, value in variables.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    for key, value in {
+        "fs.s3a.endpoint": config.endpoint,
+        "fs.s3a.endpoint.region": config.region,
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.access.key": config.access_key_id,
+        "fs.s3a.secret.key": config.secret_access_key,
+    }.items():
+        hadoop.set(key, value)
+    root = f"s3a://{seaweedfs.BUCKET}/{prefix}/lake"
+    settings = base_settings.with_root(root).with_env(
+        AWS_ENDPOINT_URL=config.endpoint, AWS_REGION=config.region
+    )
+    try:
+        yield Lake(spark, settings, monkeypatch, scratch)
+    finally:
+        client = server.client()
+        for key in client.list(f"{prefix}/"):
+            client.delete(key)

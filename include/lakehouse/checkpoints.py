@@ -164,8 +164,8 @@ class Checkpoint:
         return text[text.index("{") :]
 
     def files_read(self, source: int = 0) -> set[str]:
-        """Files a file source has already taken (its log under ``sources/<source>``), each
-        spelled by ``lakehouse.fs.normalize_location``."""
+        """Paths a file source has already taken (its log under ``sources/<source>``), in
+        ``lakehouse.fs.normalize_location``'s spelling (a local path; ``s3a://bucket/key``)."""
         folder = self.path(f"sources/{source}")
         seen: set[str] = set()
         for name in self.storage.list_names(folder):

@@ -87,7 +87,11 @@ class JarsMissing(LakehouseError):
 
 
 class LakehouseRootNotWritable(LakehouseError):
-    hint = "Point LAKEHOUSE_ROOT at a folder this user can write, or fix its permissions."
+    hint = (
+        "Point LAKEHOUSE_ROOT at a folder this user can write, or fix its permissions; on S3, "
+        "check the bucket, AWS_ENDPOINT_URL and the credentials (the lakehouse_s3 connection "
+        "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)."
+    )
 
 
 class SparkMasterUnreachable(LakehouseError):
@@ -164,8 +168,19 @@ class RestoreInProgress(LakehouseError):
 class ConcurrentRun(LakehouseError):
     retryable = True
     hint = (
-        "Another job holds the write lock of this table. Wait for it to finish: the lock is "
-        "released when its holder's process ends, however it ends."
+        "Another job holds the write lease of this table. Wait for it to finish: it lets go "
+        "when it ends; if it died, its lease is free again once its process is gone (same "
+        "machine) or after LAKEHOUSE_LOCK_LEASE_S without a heartbeat (any machine)."
+    )
+
+
+class LeaseLost(ConcurrentRun):
+    """This job's write lease ran out or was taken over: it must not commit any more."""
+
+    hint = (
+        "The job was paused, or cut off from the storage, for longer than its lease "
+        "(LAKEHOUSE_LOCK_LEASE_S), and another writer may have taken the table over; nothing "
+        "more was committed. A retry waits for that writer and resumes from the checkpoint."
     )
 
 

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lakehouse.checkpoints import Checkpoint, DeltaPosition
-from lakehouse.fs import Storage, normalize_location, storage_for
+from lakehouse.fs import Storage, delta_storage_options, normalize_location, storage_for
 from lakehouse.params import Mode, RunParams
 from lakehouse.settings import Settings, SourceKind
 from lakehouse.specs import Layer, PipelineSpec
 
 if TYPE_CHECKING:
     from lakehouse.kafka.access import KafkaAccess
+    from lakehouse.s3 import S3Config
 
 # Commits that change no data: a stream reading the table skips them.
 _NO_DATA_OPERATIONS = ("OPTIMIZE", "VACUUM START", "VACUUM END")
@@ -41,13 +42,19 @@ class Pending:
 
 
 def _delta_pending(
-    settings: Settings, layer: str, source: str, checkpoint: Checkpoint, index: int = 0
+    settings: Settings,
+    layer: str,
+    source: str,
+    checkpoint: Checkpoint,
+    index: int,
+    s3: S3Config | None,
 ) -> Pending:
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        table = DeltaTable(settings.path(source))
+        options = delta_storage_options(settings, s3)
+        table = DeltaTable(settings.path(source), storage_options=options)
     except TableNotFoundError:
         return Pending(layer, 0, 0, f"{source} does not exist yet: nothing to read")
     latest = table.version()
@@ -122,12 +129,17 @@ def _kafka_pending(
 
 
 def pending_input(
-    settings: Settings, pipeline: PipelineSpec, layer: str, kafka: KafkaAccess | None = None
+    settings: Settings,
+    pipeline: PipelineSpec,
+    layer: str,
+    kafka: KafkaAccess | None = None,
+    s3: S3Config | None = None,
 ) -> Pending:
     """What ``layer`` of ``pipeline`` would read now. A Kafka source is asked only when
-    ``kafka`` (how to reach it) is given; without it the answer is "checked by the job"."""
+    ``kafka`` (how to reach it) is given; without it the answer is "checked by the job".
+    ``s3``: credentials for an S3 root (default the environment's)."""
     stream = pipeline.stream(layer)
-    storage = storage_for(settings)
+    storage = storage_for(settings, s3)
     checkpoint = Checkpoint(storage, settings.path(stream.checkpoint))
     log = checkpoint.log()
     if log.last_offsets is not None and log.last_offsets != log.last_commit:
@@ -136,7 +148,7 @@ def pending_input(
         )
     if stream.sources:
         found = [
-            _delta_pending(settings, layer, source, checkpoint, index)
+            _delta_pending(settings, layer, source, checkpoint, index, s3)
             for index, source in enumerate(stream.sources)
         ]
         if len(found) == 1:
@@ -156,13 +168,15 @@ def pending_input(
     return _landing_pending(settings, pipeline, layer, storage, checkpoint)
 
 
-def dry_run_report(settings: Settings, pipeline: PipelineSpec, params: RunParams) -> list[str]:
+def dry_run_report(
+    settings: Settings, pipeline: PipelineSpec, params: RunParams, s3: S3Config | None = None
+) -> list[str]:
     """What a run with ``params`` would do, layer by layer, without doing it."""
     lines = [f"{pipeline.name}: {params.describe()}"]
     for layer in params.layers:
         if layer not in pipeline.layers:
             continue
-        pending = pending_input(settings, pipeline, layer)
+        pending = pending_input(settings, pipeline, layer, s3=s3)
         targets = ", ".join(pipeline.stream(layer).targets)
         lines.append(f"  {layer}: would read {pending.description} into {targets}")
         if layer != Layer.BRONZE and params.mode == Mode.REPROCESS:

@@ -11,10 +11,14 @@ import shutil
 import socket
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from lakehouse.errors import JavaNotFound, LakehouseRootNotWritable, SparkMasterUnreachable
 from lakehouse.settings import Settings
+
+if TYPE_CHECKING:
+    from lakehouse.s3 import S3Config
 
 
 def java_executable() -> str:
@@ -30,9 +34,12 @@ def java_executable() -> str:
     return found
 
 
-def check_root_writable(settings: Settings) -> None:
-    """Create the root if needed and prove it can be written (local roots only)."""
+def check_root_writable(settings: Settings, s3: S3Config | None = None) -> None:
+    """Create the root if needed and prove it can be written: a file on a disk, an object on
+    an object store (where a wrong key, endpoint or bucket shows up here, in a second, and
+    not as a stack trace deep inside Hadoop)."""
     if not settings.root_is_local:
+        _check_uri_writable(settings, s3)
         return
     root = settings.local_path("")
     probe = root / f".write-probe-{uuid.uuid4().hex}"
@@ -43,6 +50,21 @@ def check_root_writable(settings: Settings) -> None:
     except OSError as exc:
         raise LakehouseRootNotWritable(
             f"Cannot write to LAKEHOUSE_ROOT={settings.root}: {exc.strerror or exc}."
+        ) from None
+
+
+def _check_uri_writable(settings: Settings, s3: S3Config | None) -> None:
+    from lakehouse.errors import LakehouseError
+    from lakehouse.fs import storage_for
+
+    probe = settings.path(f"_probes/write-{uuid.uuid4().hex}")
+    try:
+        storage = storage_for(settings, s3)
+        storage.write_bytes(probe, b"ok")
+        storage.delete_file(probe)
+    except (OSError, LakehouseError) as exc:
+        raise LakehouseRootNotWritable(
+            f"Cannot write to LAKEHOUSE_ROOT={settings.root}: {str(exc)[:300]}"
         ) from None
 
 

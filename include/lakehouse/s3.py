@@ -6,14 +6,17 @@ key, every later one gets ``412 Precondition Failed``). The client also creates 
 server's bucket and lets the tests prove what the server refuses. It knows a handful of
 requests and nothing else: no retries, no multipart uploads, objects in memory.
 
-Credentials come from the environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``),
-the endpoint and region from the settings (``AWS_ENDPOINT_URL``, ``AWS_REGION``).
+Credentials come from the file the Airflow operator hands a job (``LAKEHOUSE_S3_ACCESS_FILE``,
+made from the ``lakehouse_s3`` connection) or else from the environment
+(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``); the endpoint and
+region from the settings (``AWS_ENDPOINT_URL``, ``AWS_REGION``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import urllib.error
 import urllib.request
@@ -21,6 +24,9 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 from lakehouse.errors import ConfigurationError, S3AccessDenied, S3Error, S3Unavailable
@@ -28,55 +34,152 @@ from lakehouse.settings import Settings
 
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 _XMLNS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+S3_SCHEMES = ("s3a", "s3", "s3n")
+# Where the Airflow operator leaves the credentials of the ``lakehouse_s3`` connection for a
+# job: a file only its user can read (the path travels in the environment, never a secret).
+ACCESS_FILE_ENV = "LAKEHOUSE_S3_ACCESS_FILE"
+_CREDENTIAL_FIELDS = ("access_key_id", "secret_access_key", "session_token")
+
+
+def is_s3_uri(location: str) -> bool:
+    return location.split("://", 1)[0].lower() in S3_SCHEMES if "://" in location else False
+
+
+def split_uri(location: str) -> tuple[str, str]:
+    """``s3a://bucket/some/key`` -> ``("bucket", "some/key")`` (any S3 scheme)."""
+    if not is_s3_uri(location):
+        raise ConfigurationError(f"{location} is not an S3 URI (s3a://bucket/key).")
+    bucket, _, key = location.split("://", 1)[1].partition("/")
+    return bucket, key.strip("/")
 
 
 @dataclass(frozen=True)
 class S3Config:
-    """Where S3 is and who asks; the secret stays out of ``repr``."""
+    """Where S3 is and who asks; the secrets stay out of ``repr``."""
 
     endpoint: str
     access_key_id: str
     secret_access_key: str = field(repr=False)
     region: str
+    session_token: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> S3Config:
-        """Endpoint and region as the settings read them, credentials from ``AWS_*``.
+        """Endpoint and region as the settings read them; credentials from the operator's
+        access file (``LAKEHOUSE_S3_ACCESS_FILE``) if there is one, else from ``AWS_*``.
 
         Raises
         ------
         ConfigurationError
-            When a credential variable is unset, naming it.
+            When a credential variable is unset (naming it), or the access file cannot be read.
         """
         env = os.environ if env is None else env
         settings = Settings.from_env(env)
+        endpoint = settings.s3_endpoint or f"https://s3.{settings.s3_region}.amazonaws.com"
+        path = env.get(ACCESS_FILE_ENV, "").strip()
+        if path:
+            credentials = read_access_file(path)
+            return cls(
+                endpoint,
+                credentials["access_key_id"],
+                credentials["secret_access_key"],
+                settings.s3_region,
+                credentials.get("session_token"),
+            )
         missing = [k for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if not env.get(k)]
         if missing:
             raise ConfigurationError(
                 f"{' and '.join(missing)} not set: S3 requests are signed with them.",
-                'For the local S3 server run `make s3-up` and `eval "$(make -s env)"`.',
+                'For the local S3 server run `make s3-up` and `eval "$(make -s env)"`; under '
+                "Airflow, add the connection lakehouse_s3 (README, 'Going to a cluster').",
             )
-        endpoint = settings.s3_endpoint or f"https://s3.{settings.s3_region}.amazonaws.com"
         return cls(
-            endpoint, env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], settings.s3_region
+            endpoint,
+            env["AWS_ACCESS_KEY_ID"],
+            env["AWS_SECRET_ACCESS_KEY"],
+            settings.s3_region,
+            env.get("AWS_SESSION_TOKEN") or None,
         )
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What must never be shown (for log masking)."""
+        return tuple(s for s in (self.secret_access_key, self.session_token) if s)
 
     def storage_options(self) -> dict[str, str]:
         """The same access as delta-rs / object_store ``storage_options`` (path-style)."""
-        return {
+        options = {
             "AWS_ENDPOINT_URL": self.endpoint,
             "AWS_REGION": self.region,
             "AWS_ACCESS_KEY_ID": self.access_key_id,
             "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
             "AWS_ALLOW_HTTP": str(self.endpoint.startswith("http://")).lower(),
         }
+        if self.session_token:
+            options["AWS_SESSION_TOKEN"] = self.session_token
+        return options
+
+    def hadoop_credentials(self) -> dict[str, str]:
+        """S3A's credential properties, for a job that got them from an access file (set on
+        the running JVM's Hadoop configuration, never in the Spark configuration)."""
+        kind = "Temporary" if self.session_token else "Simple"
+        provider = f"org.apache.hadoop.fs.s3a.{kind}AWSCredentialsProvider"
+        conf = {
+            "fs.s3a.access.key": self.access_key_id,
+            "fs.s3a.secret.key": self.secret_access_key,
+            "fs.s3a.aws.credentials.provider": provider,
+        }
+        if self.session_token:
+            conf["fs.s3a.session.token"] = self.session_token
+        return conf
+
+    def write_access_file(self, path: Path) -> Path:
+        """Write the credentials to ``path``, created new and readable by its owner only."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump({name: getattr(self, name) for name in _CREDENTIAL_FIELDS}, handle)
+        return path
+
+
+def read_access_file(path: str) -> dict[str, Any]:
+    """The credentials in an access file written by ``S3Config.write_access_file``."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not data.get("access_key_id") or not data.get("secret_access_key"):
+            raise ValueError("no credentials")
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(
+            f"{ACCESS_FILE_ENV}={path} cannot be read: {type(exc).__name__}."
+        ) from None
+    return {name: data.get(name) for name in _CREDENTIAL_FIELDS}
+
+
+@dataclass(frozen=True)
+class S3Object:
+    """One key of a listing and when the server last wrote it (the server's clock)."""
+
+    key: str
+    size: int
+    last_modified: datetime
 
 
 @dataclass(frozen=True)
 class S3Response:
     status: int
-    headers: Mapping[str, str]
+    headers: Mapping[str, str]  # names in lower case
     body: bytes
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
+
+    @property
+    def server_time(self) -> datetime | None:
+        """The server's clock when it answered (its ``Date`` header)."""
+        value = self.header("Date")
+        try:
+            return parsedate_to_datetime(value).astimezone(UTC) if value else None
+        except (TypeError, ValueError):
+            return None
 
     @property
     def error_code(self) -> str:
@@ -200,9 +303,9 @@ class S3Client:
         request = urllib.request.Request(url, data=data, method=method, headers=all_headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return S3Response(response.status, dict(response.headers), response.read())
+                return S3Response(response.status, _lower(response.headers), response.read())
         except urllib.error.HTTPError as exc:
-            return S3Response(exc.code, dict(exc.headers), exc.read())
+            return S3Response(exc.code, _lower(exc.headers), exc.read())
         except OSError as exc:
             raise S3Unavailable(
                 f"No answer from S3 at {self.config.endpoint}: {getattr(exc, 'reason', exc)}."
@@ -249,15 +352,40 @@ class S3Client:
 
     def list(self, prefix: str = "") -> list[str]:
         """Every key under ``prefix``, in S3's order (ListObjectsV2, all pages)."""
-        keys: list[str] = []
+        return [o.key for o in self.list_objects(prefix)[0]]
+
+    def list_objects(self, prefix: str = "") -> tuple[tuple[S3Object, ...], datetime | None]:
+        """Every object under ``prefix`` with its size and time, and the server's clock at
+        the first page (ListObjectsV2, all pages): what a lease needs to tell an expired
+        holder from a live one on one clock, the server's."""
+        objects: tuple[S3Object, ...] = ()
+        server_time: datetime | None = None
         token = ""
         while True:
             query = {"list-type": "2", "prefix": prefix}
             if token:
                 query["continuation-token"] = token
             response = self._check(self.request("GET", query=query), f"LIST {prefix}")
+            server_time = server_time or response.server_time
             document = ET.fromstring(response.body)
-            keys += [e.findtext(f"{_XMLNS}Key") or "" for e in document.iter(f"{_XMLNS}Contents")]
+            objects += tuple(
+                S3Object(
+                    key=element.findtext(f"{_XMLNS}Key") or "",
+                    size=int(element.findtext(f"{_XMLNS}Size") or 0),
+                    last_modified=_iso_time(element.findtext(f"{_XMLNS}LastModified")),
+                )
+                for element in document.iter(f"{_XMLNS}Contents")
+            )
             token = document.findtext(f"{_XMLNS}NextContinuationToken") or ""
             if document.findtext(f"{_XMLNS}IsTruncated") != "true" or not token:
-                return keys
+                return objects, server_time
+
+
+def _lower(headers: Any) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in headers.items()}
+
+
+def _iso_time(text: str | None) -> datetime:
+    if not text:
+        return datetime.fromtimestamp(0, UTC)
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)

@@ -18,6 +18,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lakehouse.fs import Storage
 
 REGIONS = ("eu-west", "eu-north", "us-east", "us-west", "ap-south")
 CATEGORIES = ("books", "games", "garden", "kitchen", "toys", None)
@@ -208,6 +212,21 @@ def render_file(lines: list[bytes], rng: random.Random | None = None) -> bytes:
     return bytes(out)
 
 
+def landing_file_name(folder: str) -> str:
+    """A new landing file's name: the folder's name, a time and a random part."""
+    stamp = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    return f"{folder.rstrip('/').rsplit('/', 1)[-1]}-{stamp}.jsonl"
+
+
+def land_file(storage: Storage, folder: str, content: bytes, name: str | None = None) -> str:
+    """Land a file whole under ``folder`` (a path or a URI under the root): on a disk it is
+    written under a hidden name and renamed in, on an object store it is one object, which
+    appears complete or not at all. Returns its location."""
+    location = f"{folder.rstrip('/')}/{name or landing_file_name(folder)}"
+    storage.write_bytes(location, content)
+    return location
+
+
 def write_landing_file(
     landing_dir: str | os.PathLike[str], content: bytes, name: str | None = None
 ) -> Path:
@@ -215,8 +234,7 @@ def write_landing_file(
     name is the folder's name, a time and a random part."""
     directory = Path(landing_dir)
     directory.mkdir(parents=True, exist_ok=True)
-    stamp = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-    final = directory / (name or f"{directory.name}-{stamp}.jsonl")
+    final = directory / (name or landing_file_name(str(directory)))
     staging = directory / f".{final.name}.tmp"
     staging.write_bytes(content)
     staging.replace(final)

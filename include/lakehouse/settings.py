@@ -188,6 +188,9 @@ class Settings(_EnvModel):
     """spark-submit driver memory"""
     lock_wait_s: int = Field(60, ge=0, le=86_400)
     """how long a job waits for another writer of its tables before ``ConcurrentRun``"""
+    lock_lease_s: int = Field(30, ge=3, le=3600)
+    """how long the write lease of a writer that stopped renewing it (a crashed or paused
+    driver, on any machine) keeps others out; renewed every quarter of it"""
     maintenance_schedule: str | None = "0 4 * * *"
     """cron for ``lakehouse_maintenance``; ``none`` for manual runs only"""
     vacuum_floor_hours: int = Field(168, ge=0, le=87_600)
@@ -317,7 +320,8 @@ class Settings(_EnvModel):
 
     def with_env(self, **variables: str) -> Settings:
         """These settings read again with ``variables`` (``LAKEHOUSE_*``) changed."""
-        env = {**self.environ, "LAKEHOUSE_ROOT": self.root, **variables}
+        s3 = {"AWS_REGION": self.s3_region, "AWS_ENDPOINT_URL": self.s3_endpoint or ""}
+        env = {**self.environ, **s3, "LAKEHOUSE_ROOT": self.root, **variables}
         return Settings.from_env({**env, "LAKEHOUSE_HOME": str(self.project_dir)})
 
     @property

@@ -22,6 +22,7 @@ from lakehouse import backups
 from lakehouse.backups import BackupManifest, SinkState, SourceState, StreamBackup
 from lakehouse.checkpoints import DeltaPosition, txn_problem
 from lakehouse.errors import CheckpointInconsistent
+from lakehouse.locks import check_held
 from lakehouse.specs import PipelineSpec, StreamSpec
 from lakehouse.submit import running_code_version
 
@@ -124,6 +125,7 @@ def backup_checkpoints(ctx: ActionContext, pipeline: PipelineSpec, keep_backups:
             streams=streams,
         )
         storage.write_text(spark, f"{partial}/{backups.MANIFEST}", manifest.to_json())
+        check_held()
         storage.rename(spark, partial, final)
     existing = [n for n in storage.list_names(spark, root) if backups.is_backup_id(n)]
     dropped = backups.backups_to_drop(existing, keep_backups)

@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from jobs.actions.context import ActionContext, Outcome
 from jobs.delta_state import TableState, commit_actions, logged_versions
 from jobs.tables import quote_path
+from lakehouse.locks import check_held
 from lakehouse.maintenance import (
     OptimizePolicy,
     PartitionHealth,
@@ -50,6 +51,7 @@ def optimize(ctx: ActionContext, spec: TableSpec, policy: OptimizePolicy) -> Out
             statement += f" WHERE {predicate}"
         if decision.zorder_by:
             statement += f" ZORDER BY ({', '.join(f'`{c}`' for c in decision.zorder_by)})"
+        check_held()
         metrics = ctx.spark.sql(statement).collect()[0]["metrics"]
         details.update(
             files_added=int(metrics["numFilesAdded"]),

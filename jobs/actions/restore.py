@@ -58,6 +58,7 @@ from lakehouse.errors import CheckpointInconsistent, InvalidRunParams, RestoreIn
 from lakehouse.kafka.access import KafkaAccess
 from lakehouse.kafka.brokers import broker_offsets
 from lakehouse.kafka.offsets import lost_offsets, parse_kafka_offsets
+from lakehouse.locks import check_held
 from lakehouse.specs import PipelineSpec, StreamSpec
 from lakehouse.submit import running_code_version
 
@@ -290,16 +291,23 @@ def restore_checkpoint(
         }
         if ctx.dry_run:
             return "dry_run", details
+        # Fenced step by step: a restore that lost its lease stops where it is (and is
+        # resumed by running it again).
+        check_held()
         if pending is None:
             storage.write_text(spark, marker, plan.to_json())
         replaced = settings.path(f"{backups_root(pipeline.name)}/replaced/{plan.restore_id}")
         for consumer in downstream:
+            check_held()
             reset_stream(ctx, consumer, replaced)
         for sink in entry.sinks:
+            check_held()
             restore_table(spark, settings.path(sink.table), sink.version)
         for sink in entry.sinks:
+            check_held()
             seed_transaction(spark, settings.path(sink.table), sink, entry, plan.query_id)
         faults.inject("restore.before_checkpoint")
+        check_held()
         install_checkpoint(ctx, manifest, entry, plan, replaced)
         storage.delete(spark, marker)
         details["reason"] = (
@@ -314,7 +322,7 @@ def reset_stream(ctx: ActionContext, stream: StreamSpec, replaced: str) -> None:
     """Move ``stream``'s checkpoint aside and empty its tables: it rebuilds from its source."""
     spark, settings = ctx.spark, ctx.settings
     checkpoint = settings.path(stream.checkpoint)
-    if storage.exists(spark, checkpoint):
+    if storage.has_files(spark, checkpoint):
         storage.rename(spark, checkpoint, f"{replaced}/{stream.checkpoint}")
     for table in stream.targets:
         location = settings.path(table)
@@ -367,7 +375,7 @@ def install_checkpoint(
     staged = settings.path(
         f"{backups_root(manifest.pipeline)}/staging/{plan.restore_id}/{entry.checkpoint}"
     )
-    if not storage.exists(spark, staged):
+    if not storage.has_files(spark, staged):
         copy = settings.path(
             f"{backup_dir(manifest.pipeline, manifest.backup_id)}/{entry.checkpoint}"
         )
@@ -375,7 +383,7 @@ def install_checkpoint(
     storage.write_text(
         spark, f"{staged}/metadata", json.dumps({"id": plan.query_id}), overwrite=True
     )
-    if storage.exists(spark, live):
+    if storage.has_files(spark, live):
         storage.rename(spark, live, f"{replaced}/{entry.checkpoint}")
     storage.rename(spark, staged, live)
     storage.delete(

@@ -20,6 +20,7 @@ from jobs.delta_state import Commit, TableState
 from jobs.tables import quote_path
 from lakehouse.checkpoints import DeltaPosition
 from lakehouse.errors import ConfigurationError
+from lakehouse.locks import check_held
 from lakehouse.maintenance import (
     DELTA_DEFAULT_RETENTION_HOURS,
     StreamNeed,
@@ -155,6 +156,7 @@ def vacuum_files(ctx: ActionContext, location: str, hours: int, *, dry_run: bool
     ctx.spark.conf.set(RETENTION_WINDOW_IGNORE, "false")
     try:
         if not dry_run:
+            check_held()
             ctx.spark.sql(statement).collect()
             return {}
         paths = [str(r[0]) for r in ctx.spark.sql(statement + " DRY RUN").collect()]

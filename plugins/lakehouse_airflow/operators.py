@@ -23,6 +23,9 @@ in the job's environment (never on the spark-submit command line, in a param, a 
 template or XCom). The operator also runs the Kafka pre-flight check before spark-submit, so
 records that aged out unread, a missing topic or a broker that does not answer fail the task
 before any JVM starts.
+
+A root on S3 gets its credentials the same way, from the ``lakehouse_s3`` connection
+(``lakehouse_airflow.s3_access``), or from the worker's ``AWS_*`` variables without it.
 """
 
 from __future__ import annotations
@@ -50,9 +53,12 @@ from lakehouse.settings import Settings, SourceKind
 from lakehouse.submit import LOCAL_MASTER, SubmitSpec, job_submit_spec
 from lakehouse_airflow.authz import check_run
 from lakehouse_airflow.run_params import effective_params
+from lakehouse_airflow.s3_access import S3_CONN_ID, s3_access, s3_job_env
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from lakehouse.s3 import S3Config
 
 SPARK_CONN_ID = "lakehouse_spark"
 KAFKA_CONN_ID = "lakehouse_kafka"
@@ -118,6 +124,7 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
         job: str,
         job_args: Sequence[str] = (),
         conn_id: str = SPARK_CONN_ID,
+        s3_conn_id: str = S3_CONN_ID,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("name", f"lakehouse-{pipeline}-{job}")
@@ -126,11 +133,13 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
         self.pipeline = pipeline
         self.job = job
         self.job_args = list(job_args)
+        self.s3_conn_id = s3_conn_id
         self._settings: Settings | None = None
         self._properties_file: str | None = None
         self._secrets: list[str] = []
         # The run's grant for a privileged action (lakehouse_airflow.authz), for the job.
         self._grant: Grant | None = None
+        self._s3: S3Config | None = None
 
     @property
     def what(self) -> str:
@@ -175,17 +184,22 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
         from lakehouse import preflight
 
-        settings = self._settings = Settings.from_env()
         try:
+            # An S3 root's credentials from the lakehouse_s3 connection (masked at once).
+            settings, self._s3 = s3_access(Settings.from_env(), self.s3_conn_id, self.log)
+            self._settings = settings
             params_args = self.params_args(context, settings)
             preflight.java_executable()
-            preflight.check_root_writable(settings)
+            preflight.check_root_writable(settings, self._s3)
             self.before_spark(settings)
         except errors.LakehouseError as exc:
             raise _failure(exc) from None
         with tempfile.TemporaryDirectory(prefix="lakehouse-") as tmp:
             try:
-                extra_env = self.job_env(settings, Path(tmp))
+                extra_env = {
+                    **self.job_env(settings, Path(tmp)),
+                    **s3_job_env(settings, self._s3, Path(tmp)),
+                }
             except errors.LakehouseError as exc:
                 raise _failure(exc) from None
             if self._grant is not None:
@@ -378,7 +392,7 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
 
         pipeline = get_pipeline(self.pipeline)
         checkpoint = Checkpoint(
-            storage_for(settings), settings.path(pipeline.stream(self.layer).checkpoint)
+            storage_for(settings, self._s3), settings.path(pipeline.stream(self.layer).checkpoint)
         )
         report = check_offsets(
             access,

@@ -121,8 +121,13 @@ def pipeline_dag(pipeline: PipelineSpec, settings: Settings) -> DAG:
             report = [params.describe()]
             if params.dry_run:
                 from lakehouse.pending import dry_run_report
+                from lakehouse_airflow.s3_access import s3_access
 
-                report = dry_run_report(Settings.from_env(), spec, params)
+                try:
+                    settings, s3 = s3_access(Settings.from_env())
+                except LakehouseError as exc:
+                    raise AirflowFailException(f"[{exc.code}] {exc}") from None
+                report = dry_run_report(settings, spec, params, s3)
                 report.append("dry run: nothing was changed; the layer tasks are skipped")
             for line in report:
                 print(line)

@@ -122,6 +122,7 @@ def kafka_lake(lake: Lake, kafka_broker: KafkaPorts) -> KafkaLake:
 # ----------------------------------------------------------------- against the broker
 
 
+@pytest.mark.parametrize("lake", ["local", "s3"], indirect=True)
 def test_contract_holds_over_runs_and_a_killed_run(kafka_lake: KafkaLake) -> None:
     lake = kafka_lake.lake
     kafka_lake.create(partitions=3)

@@ -9,7 +9,6 @@ from dataclasses import replace
 import pytest
 
 from lakehouse.errors import InvalidRunParams
-from lakehouse.local.report import read_rows
 from lakehouse.params import RunParams
 from lakehouse.registry import get_pipeline
 from lakehouse.sample_data import OrderEventGenerator, render_file
@@ -50,6 +49,7 @@ def corrupt(lake: Lake) -> None:
         lake.spark.sql(statement)
 
 
+@pytest.mark.parametrize("lake", ["local", "s3"], indirect=True)
 def test_reprocess_re_derives_the_window_and_nothing_else(loaded: tuple[Lake, list[bytes]]) -> None:
     lake, delivered = loaded
     expected = comparable(expected_tables(delivered))
@@ -74,11 +74,10 @@ def test_reprocess_re_derives_the_window_and_nothing_else(loaded: tuple[Lake, li
     assert lake.snapshot() == before
 
 
+@pytest.mark.parametrize("lake", ["local", "s3"], indirect=True)
 def test_full_refresh_rebuilds_without_an_empty_table_and_repeats_as_a_no_op(
     loaded: tuple[Lake, list[bytes]],
 ) -> None:
-    from deltalake import DeltaTable
-
     lake, delivered = loaded
     corrupt(lake)
     versions = {t: lake.version(t) for t in TABLES}
@@ -89,13 +88,11 @@ def test_full_refresh_rebuilds_without_an_empty_table_and_repeats_as_a_no_op(
         # The rebuild is one overwrite commit; no version a reader could see is empty.
         latest = lake.version(table)
         operations = [
-            h["operation"]
-            for h in DeltaTable(lake.settings.path(table)).history(5)
-            if h["version"] > versions[table]
+            h["operation"] for h in lake.delta(table).history(5) if h["version"] > versions[table]
         ]
         assert operations[0] == "WRITE" and operations.count("WRITE") == 1, (table, operations)
         for version in range(versions[table], latest + 1):
-            rows = len(read_rows(lake.settings.path(table), version=version))
+            rows = len(lake.read_rows(table, version=version))
             assert rows > 0, f"{table} was empty at version {version}"
 
     before = lake.snapshot()

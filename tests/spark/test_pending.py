@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from lakehouse.params import RunParams
 from lakehouse.pending import dry_run_report, pending_input
 from lakehouse.registry import get_pipeline
@@ -11,6 +13,7 @@ from tests.lake import Lake
 ORDERS = get_pipeline("orders")
 
 
+@pytest.mark.parametrize("lake", ["local", "s3"], indirect=True)
 def test_pending_input_follows_the_checkpoints(lake: Lake) -> None:
     generator = OrderEventGenerator(seed=51)
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from deltalake import DeltaTable
 
-from lakehouse.local.report import read_rows
 from lakehouse.sample_data import OrderEventGenerator, render_file
 from tests.lake import Lake
 from tests.oracle import comparable, expected_tables, split_records
@@ -20,6 +18,7 @@ def deliver(lake: Lake, lines: list[bytes], seed: int) -> list[bytes]:
     return split_records(content)
 
 
+@pytest.mark.parametrize("lake", ["local", "s3"], indirect=True)
 def test_contract_holds_after_every_run(lake: Lake) -> None:
     generator = OrderEventGenerator(seed=11)
     delivered: list[bytes] = []
@@ -87,7 +86,7 @@ def test_a_batch_that_fails_midway_and_is_retried_leaves_identical_tables(
             q for q, layer_, status in query_id if layer_ == "silver" and status == "succeeded"
         }
         assert len(silver_ids) == 1
-        assert DeltaTable(lake.settings.path(table)).transaction_version(silver_ids.pop()) == 1
+        assert lake.delta(table).transaction_version(silver_ids.pop()) == 1
 
 
 def test_bad_files_land_record_by_record(lake: Lake) -> None:
@@ -131,7 +130,7 @@ def test_every_table_opens_without_spark(lake: Lake) -> None:
         "gold/sales_hourly": len(expected.gold),
     }
     for table, count in counts.items():
-        assert len(read_rows(lake.settings.path(table))) == count, table
+        assert len(lake.read_rows(table)) == count, table
 
 
 def test_run_log_records_what_each_layer_did(lake: Lake) -> None:
@@ -167,6 +166,7 @@ def test_run_log_records_what_each_layer_did(lake: Lake) -> None:
     assert log["gold"][3] == len(expected.gold)
 
 
+@pytest.mark.parametrize("lake", ["local", "s3"], indirect=True)
 def test_a_second_writer_of_a_table_waits_then_stops(lake: Lake) -> None:
     from lakehouse.locks import table_locks
 
@@ -175,7 +175,7 @@ def test_a_second_writer_of_a_table_waits_then_stops(lake: Lake) -> None:
     lake.monkeypatch.setenv("LAKEHOUSE_LOCK_WAIT_S", "1")
     with table_locks(lake.settings, ["silver/orders_quarantine"], owner="a maintenance run"):
         assert lake.run("silver") == 2  # refused: ConcurrentRun
-    assert not (lake.root / "silver" / "orders").exists(), "a refused run wrote nothing"
+    assert not lake.exists("silver/orders"), "a refused run wrote nothing"
     assert lake.run("silver") == 0
     assert lake.table("silver/orders").count() > 0
     statuses = [r[0] for r in lake.rows("ops/run_log", ["status"]) if r[0] != "succeeded"]

@@ -12,6 +12,10 @@ Airflow, a report.
    days the changes touch;
 5. prints what the tables hold (``lakehouse.local.report``).
 
+With ``LAKEHOUSE_ROOT=s3a://lakehouse/<prefix>`` (after ``make s3-up``) it runs the same on
+the local S3 server, landing whole objects, and says how many S3 requests each pipeline run
+made (from the server's metrics).
+
 The Kafka demo keeps its tables apart (``data/lakehouse-kafka`` unless ``LAKEHOUSE_ROOT`` is
 set): a root's bronze streams read one source for good. Each Airflow run's full log is kept
 under ``data/demo-logs/``.
@@ -29,12 +33,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lakehouse.errors import ConfigurationError
+from lakehouse.fs import storage_for
 from lakehouse.local.env import subprocess_env
 from lakehouse.local.report import render
 from lakehouse.registry import registry
 from lakehouse.sample_customers import CustomerEventGenerator
 from lakehouse.sample_customers import message_key as customer_key
-from lakehouse.sample_data import OrderEventGenerator, render_file, write_landing_file
+from lakehouse.sample_data import OrderEventGenerator, land_file, render_file
 from lakehouse.settings import Settings
 
 PIPELINES = ("customers", "orders", "segment_sales")
@@ -51,7 +56,8 @@ def run_pipeline(settings: Settings, pipeline: str, log_path: Path) -> float:
     with open(log_path, "w", encoding="utf-8") as log:
         process = subprocess.Popen(
             ["airflow", "dags", "test", f"{pipeline}_pipeline"],
-            env=subprocess_env(settings, LAKEHOUSE_ROOT=settings.root, **settings.environ),
+            # The root as the demo chose it (it may differ from a LAKEHOUSE_ROOT in environ).
+            env=subprocess_env(settings, **{**settings.environ, "LAKEHOUSE_ROOT": settings.root}),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -71,15 +77,51 @@ def run_pipeline(settings: Settings, pipeline: str, log_path: Path) -> float:
 
 
 def run_all(settings: Settings, logs: Path, label: str) -> None:
+    requests = s3_request_counter(settings)
     for pipeline in PIPELINES:
+        before = requests() if requests else {}
         seconds = run_pipeline(settings, pipeline, logs / f"{label}-{pipeline}.log")
-        print(f"  {pipeline}_pipeline done in {seconds:.0f}s")
+        line = f"  {pipeline}_pipeline done in {seconds:.0f}s"
+        if requests:
+            after = requests()
+            spent = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+            kinds = ", ".join(f"{k} {n:,}" for k, n in sorted(spent.items(), key=lambda i: -i[1]))
+            line += f"; {sum(spent.values()):,} S3 requests ({kinds})"
+        print(line)
+
+
+def s3_request_counter(settings: Settings) -> Callable[[], dict[str, int]] | None:
+    """The local S3 server's request counts, when the root is on it (None otherwise)."""
+    from lakehouse.s3 import is_s3_uri
+
+    if not is_s3_uri(settings.root):
+        return None
+    from lakehouse.local import services
+
+    server = services.s3_server(settings)
+    if settings.s3_endpoint != server.endpoint:
+        return None
+    try:
+        server.request_counts()
+    except OSError:
+        return None  # a server started before it exposed its metrics
+    return server.request_counts
 
 
 def land(settings: Settings, pipeline: str, lines: list[bytes], label: str) -> None:
-    landing = settings.local_path(registry(settings).get(pipeline).landing)
-    path = write_landing_file(landing, render_file(lines))
-    print(f"  {pipeline}: landed {len(lines):,} records ({label}) in {path.name}")
+    """Land one file whole (an object on S3), as a producer outside the lakehouse would."""
+    landing = settings.path(registry(settings).get(pipeline).landing)
+    location = land_file(storage_for(settings), landing, render_file(lines))
+    print(f"  {pipeline}: landed {len(lines):,} records ({label}) in {location.rsplit('/')[-1]}")
+
+
+def landed_files(settings: Settings) -> int:
+    """Landing files of every example pipeline so far (a new seed per demo run)."""
+    storage = storage_for(settings)
+    return sum(
+        len(storage.file_sizes(settings.path(registry(settings).get(p).landing)))
+        for p in ("customers", "orders")
+    )
 
 
 def demo_topic(settings: Settings, pipeline: str) -> str:
@@ -144,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         deliver = send
         print()
     # A different seed per demo run: running it again adds new data, not the same.
-    seed = 2026 + len(list(settings.local_path("").glob("landing/*/*.jsonl")))
+    seed = 2026 + landed_files(settings)
     if args.source == "kafka":
         from lakehouse.local import kafka_dev
 

@@ -9,7 +9,7 @@ lakehouse restore PIPELINE LAYER [--backup-id ID|latest] [--check]
 the settings name (``LAKEHOUSE_SPARK_MASTER``, local Spark when unset), exactly as the
 ``lakehouse_maintenance`` and ``lakehouse_restore`` DAGs do; their exit code is the job's
 (0 done, 1 failed, 2 refused with a named error). ``restore --check`` runs every check and
-changes nothing. ``backups`` reads the manifests directly (local roots only, no JVM).
+changes nothing. ``backups`` reads the manifests directly (any root, no JVM).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 
 from lakehouse.backups import MANIFEST, BackupManifest, backups_root, is_backup_id
 from lakehouse.errors import NotAuthorized
+from lakehouse.fs import storage_for
 from lakehouse.local.env import subprocess_env
 from lakehouse.registry import registry
 from lakehouse.settings import Settings
@@ -42,13 +43,18 @@ def submit(settings: Settings, pipeline: str, args: list[str]) -> int:
 
 
 def list_backups(settings: Settings, pipeline: str) -> str:
-    folder = settings.local_path(backups_root(pipeline))
-    ids = sorted((p.name for p in folder.glob("*") if is_backup_id(p.name)), reverse=True)
+    storage = storage_for(settings)
+    folder = settings.path(backups_root(pipeline))
+    ids = sorted((n for n in storage.list_names(folder) if is_backup_id(n)), reverse=True)
     if not ids:
         return f"no checkpoint backups of {pipeline} under {folder}"
     lines = [f"Checkpoint backups of {pipeline} under {folder} (newest first)"]
     for backup_id in ids:
-        manifest = BackupManifest.from_json((folder / backup_id / MANIFEST).read_text())
+        text = storage.read_text(f"{folder}/{backup_id}/{MANIFEST}")
+        if text is None:
+            lines.append(f"  {backup_id}  (no manifest: incomplete)")
+            continue
+        manifest = BackupManifest.from_json(text)
         tables = ", ".join(
             f"{sink.table}@{sink.version}"
             for stream in manifest.streams.values()

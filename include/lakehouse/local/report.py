@@ -1,4 +1,5 @@
-"""A short report on the lakehouse tables, read with delta-rs: no JVM, a second or two.
+"""A short report on the lakehouse tables, read with delta-rs: no JVM, a second or two, on a
+local root or on S3 alike.
 
 python -m lakehouse.local.report          # or: lakehouse report
 
@@ -15,15 +16,20 @@ import sys
 from collections import Counter, defaultdict
 from typing import Any
 
+from lakehouse.fs import delta_storage_options
 from lakehouse.registry import Registry, registry
 from lakehouse.settings import Settings
 from lakehouse.specs import RUN_LOG, Layer
 
 
 def read_rows(
-    location: str, columns: list[str] | None = None, version: int | None = None
+    location: str,
+    columns: list[str] | None = None,
+    version: int | None = None,
+    storage_options: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """A Delta table's rows through delta-rs's own query engine.
+    """A Delta table's rows through delta-rs's own query engine (``storage_options``: see
+    ``lakehouse.fs.delta_storage_options``).
 
     Not ``DeltaTable.to_pyarrow_table``: its pyarrow dataset scan leaves threads behind that
     abort the interpreter at exit about half the time ("terminate called without an active
@@ -33,7 +39,8 @@ def read_rows(
     from deltalake import DeltaTable, QueryBuilder
 
     selected = ", ".join(f'"{c}"' for c in columns) if columns else "*"
-    query = QueryBuilder().register("t", DeltaTable(location, version=version))
+    table = DeltaTable(location, version=version, storage_options=storage_options)
+    query = QueryBuilder().register("t", table)
     return list(pa.table(query.execute(f"SELECT {selected} FROM t").read_all()).to_pylist())
 
 
@@ -42,6 +49,7 @@ class Tables:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.storage_options = delta_storage_options(settings)
         self._rows: dict[str, list[dict[str, Any]] | None] = {}
 
     def rows(self, table: str) -> list[dict[str, Any]] | None:
@@ -50,7 +58,9 @@ class Tables:
 
         if table not in self._rows:
             try:
-                self._rows[table] = read_rows(self.settings.path(table))
+                self._rows[table] = read_rows(
+                    self.settings.path(table), storage_options=self.storage_options
+                )
             except TableNotFoundError:
                 self._rows[table] = None
         return self._rows[table]

@@ -28,6 +28,7 @@ import argparse
 import base64
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -412,9 +413,14 @@ class S3Server:
         return (self.port + 1, self.port + 2, self.port + 3, self.port + 4)
 
     @property
+    def metrics_port(self) -> int:
+        """Where the server's Prometheus metrics are (requests per S3 action, among others)."""
+        return self.port + 5
+
+    @property
     def ports(self) -> tuple[int, ...]:
         http = (self.port, *self.internal_ports)
-        return (*http, *(p + 10000 for p in http))
+        return (*http, *(p + 10000 for p in http), self.metrics_port)
 
     def config(self) -> S3Config:
         return S3Config(
@@ -426,6 +432,19 @@ class S3Server:
 
     def client(self, timeout_s: float = 10.0) -> S3Client:
         return S3Client(self.config(), seaweedfs.BUCKET, timeout_s=timeout_s)
+
+    def request_counts(self) -> dict[str, int]:
+        """S3 requests served since the server started, per kind (GET, PUT, HEAD, LIST,
+        DELETE, ...), from its Prometheus metrics: take two and subtract to count a run's."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        counts: dict[str, int] = {}
+        for match in re.finditer(
+            r'^SeaweedFS_s3_request_total\{[^}]*type="(\w+)"[^}]*\} (\S+)$', text, re.MULTILINE
+        ):
+            counts[match.group(1)] = counts.get(match.group(1), 0) + int(float(match.group(2)))
+        return counts
 
 
 def s3_server(settings: Settings) -> S3Server:
@@ -513,6 +532,7 @@ def s3_processes(settings: Settings) -> list[Process]:
         # mini always runs its admin server (maintenance workers); without the UI it only
         # serves them, on loopback.
         f"-admin.port={admin}",
+        f"-metricsPort={server.metrics_port}",
         f"-s3.config={identities}",
         # Only S3: no WebDAV, admin UI, Iceberg or Lance endpoints, no IAM API, no telemetry.
         "-webdav=false",
