@@ -45,7 +45,7 @@ demo: setup ## Sample data, two orders_pipeline runs through Airflow, a summary 
 
 .PHONY: test
 test: setup browser ## The whole test suite (starts the Kafka broker, Spark cluster and S3 server it needs)
-	@GO="$(GO)" $(PY) -m pytest $(PYTEST_ARGS)
+	@GO="$(GO)" $(PY) -m pytest --durations=30 $(PYTEST_ARGS)
 
 .PHONY: test-kill
 test-kill: setup ## The kill matrix, 20 seeded rounds (make test runs 2)
