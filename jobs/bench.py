@@ -11,6 +11,7 @@ little).
   start;
 * B5: silver's parse and validation / a plain read of the same records with a schema;
 * B6: silver's MERGE of a micro-batch / a plain append of the same rows;
+* R1: reprocessing a tenth of the table's days (silver and gold) / a full refresh of both;
 
 plus the latency of a small delivery (one new file into a large table) end to end through
 Airflow, and the whole DAG run's time when there is nothing new. Jobs run in-process on one
@@ -88,12 +89,12 @@ class Lake:
             self.root / "landing" / "orders", render_file(lines, random.Random(seed))
         )
 
-    def run(self, *layers: str) -> None:
+    def run(self, *layers: str, args: tuple[str, ...] = ()) -> None:
         from jobs import bronze, gold, silver
 
         modules = {"bronze": bronze, "silver": silver, "gold": gold}
         for layer in layers or ("bronze", "silver", "gold"):
-            argv = ["--pipeline", "orders", "--root", str(self.root)]
+            argv = ["--pipeline", "orders", "--root", str(self.root), *args]
             if modules[layer].main(argv) != 0:
                 raise RuntimeError(f"{layer} failed on {self.root}")
 
@@ -143,6 +144,39 @@ def b1_b2(spark: Any, settings: Settings, work: Path, events: int) -> list[Resul
         {"full_s": full_s, "idle_s": idle_s, "inc_s": inc_s, "events": events},
     )
     return [b1, b2]
+
+
+def r1(spark: Any, settings: Settings, work: Path) -> Result:
+    """Reprocessing a tenth of the days in the table (silver and gold) against a full
+    refresh of both, on B1's lake."""
+    from datetime import timedelta
+
+    from pyspark.sql import functions as F
+
+    lake = Lake(spark, settings, work / "b1")
+    first, last = (
+        lake.table("silver/orders").agg(F.min("last_event_ts"), F.max("last_event_ts")).collect()[0]
+    )
+    start = first.replace(hour=0, minute=0, second=0, microsecond=0)
+    days = (last - start).days + 1
+    window_days = max(1, round(days / 10))
+    stamp = "%Y-%m-%dT%H:%M:%SZ"
+    window = (
+        "--mode", "reprocess",
+        "--reprocess-from", (start + timedelta(days=days // 2)).strftime(stamp),
+        "--reprocess-to", (start + timedelta(days=days // 2 + window_days)).strftime(stamp),
+    )  # fmt: skip
+    reprocess_s = timed(lambda: lake.run("silver", "gold", args=window))
+    refresh_s = timed(lambda: lake.run("silver", "gold", args=("--mode", "full_refresh")))
+    return Result(
+        "R1",
+        f"reprocess {window_days} day(s) of {days} / full refresh (silver+gold)",
+        reprocess_s,
+        refresh_s,
+        reprocess_s / refresh_s,
+        "<= 0.3",
+        {"days": days, "window_days": window_days},
+    )
 
 
 def b2_large(spark: Any, settings: Settings, work: Path, events: int) -> Result:
@@ -360,7 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--large-events", type=int, default=20_000, help="B2b's base size")
     parser.add_argument(
-        "--only", default="", help="comma-separated ids (B1,B2b,B3,B4,B5,B6,airflow)"
+        "--only",
+        default="",
+        help="ids, comma-separated: B1,R1,B2b,B3,B4,B5,B6,airflow (R1 needs B1)",
     )
     parser.add_argument("--out", default="build/bench/bench.json")
     args = parser.parse_args(argv)
@@ -377,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = build_spark("lakehouse-bench", settings, master="local[*]")
         steps: list[tuple[str, Callable[[], Any]]] = [
             ("b1", lambda: results.extend(b1_b2(spark, settings, work, args.events))),
+            ("r1", lambda: results.append(r1(spark, settings, work))),
             ("b5", lambda: results.append(b5(spark, settings, work, args.events))),
             ("b6", lambda: results.append(b6(spark, settings, work, args.events))),
             ("b3", lambda: results.append(b3(spark, settings, work, args.events))),

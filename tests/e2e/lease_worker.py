@@ -50,13 +50,7 @@ def main(argv: list[str]) -> int:
     from deltalake import write_deltalake
 
     settings = Settings.from_env().with_root(args.root)
-    lease = Lease(
-        store_for(settings, TABLE),
-        TABLE,
-        args.name,
-        lease_s=args.lease_s,
-        holder=Holder.this_process(args.name, machine=args.machine),
-    )
+    lease = new_lease(args, settings)
     options = delta_storage_options(settings)
     location = settings.path(TABLE)
     say("READY")
@@ -80,6 +74,17 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def new_lease(args: argparse.Namespace, settings: Settings) -> Lease:
+    """This worker's lease of the shared table (not taken yet)."""
+    return Lease(
+        store_for(settings, TABLE),
+        TABLE,
+        args.name,
+        lease_s=args.lease_s,
+        holder=Holder.this_process(args.name, machine=args.machine),
+    )
+
+
 def rounds(
     args: argparse.Namespace, settings: Settings, location: str, options: dict[str, str]
 ) -> int:
@@ -89,13 +94,7 @@ def rounds(
 
     for n in range(args.rounds):
         time.sleep(max(0.0, args.start_at + n * args.period - time.time()))
-        lease = Lease(
-            store_for(settings, TABLE),
-            TABLE,
-            args.name,
-            lease_s=args.lease_s,
-            holder=Holder.this_process(args.name, machine=args.machine),
-        )
+        lease = new_lease(args, settings)
         try:
             lease.acquire(0.0)
         except LakehouseError as exc:

@@ -399,6 +399,44 @@ def _processes() -> dict[int, tuple[str, bytes]]:
     return found
 
 
+def airflow_dags_test(
+    settings: Settings,
+    root: str,
+    tmp_path: Path,
+    connections: dict[str, dict[str, object]],
+    drop: tuple[str, ...] = (),
+    **env: str,
+) -> tuple[subprocess.Popen[str], Path]:
+    """``airflow dags test orders_pipeline`` on ``root`` with ``connections`` from a secrets
+    backend (a file only its owner reads), task logs under ``tmp_path/logs`` and the tasks'
+    temporary folder (returned with the process) under ``tmp_path``. Variables named or
+    prefixed by ``drop`` are left out of its environment."""
+    path = tmp_path / "connections.json"
+    path.write_text(json.dumps(connections))
+    path.chmod(0o600)
+    task_tmp = tmp_path / "task-tmp"
+    task_tmp.mkdir()
+    environment = subprocess_env(
+        settings,
+        LAKEHOUSE_ROOT=root,
+        AIRFLOW__SECRETS__BACKEND="airflow.secrets.local_filesystem.LocalFilesystemBackend",
+        AIRFLOW__SECRETS__BACKEND_KWARGS=json.dumps({"connections_file_path": str(path)}),
+        AIRFLOW__LOGGING__BASE_LOG_FOLDER=str(tmp_path / "logs"),
+        TMPDIR=str(task_tmp),
+        **env,
+    )
+    for key in [k for k in environment if k.startswith((*drop, "LAKEHOUSE_FAULT"))]:
+        del environment[key]
+    process = subprocess.Popen(
+        ["airflow", "dags", "test", "orders_pipeline"],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    return process, task_tmp
+
+
 @pytest.mark.slow
 @pytest.mark.airflow
 def test_airflow_reads_kafka_over_sasl_and_the_password_shows_nowhere(
@@ -422,43 +460,24 @@ def test_airflow_reads_kafka_over_sasl_and_the_password_shows_nowhere(
     records = OrderEventGenerator(seed=43).batch(60)
     kafka_lake.produce(keyed(records))
 
-    connections = tmp_path / "connections.json"
-    connections.write_text(
-        json.dumps(
-            {
-                "lakehouse_kafka": {
-                    "conn_type": "generic",
-                    "host": kafka_lake.ports.sasl_bootstrap,
-                    "login": services.KAFKA_PLAIN_USER,
-                    "password": canary,
-                    "extra": {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN"},
-                }
-            }
-        )
-    )
-    connections.chmod(0o600)
-    task_tmp = tmp_path / "task-tmp"
-    task_tmp.mkdir()
     spark_canary = f"spark-canary-{secrets.token_hex(12)}"
     spark_conf = {"spark.hadoop.fs.s3a.secret.key": spark_canary, "spark.executor.memory": "1g"}
-    env = subprocess_env(
+    connections: dict[str, dict[str, object]] = {
+        "lakehouse_kafka": {
+            "conn_type": "generic",
+            "host": kafka_lake.ports.sasl_bootstrap,
+            "login": services.KAFKA_PLAIN_USER,
+            "password": canary,
+            "extra": {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN"},
+        }
+    }
+    process, task_tmp = airflow_dags_test(
         settings,
-        LAKEHOUSE_ROOT=str(lake.root),
-        AIRFLOW__SECRETS__BACKEND="airflow.secrets.local_filesystem.LocalFilesystemBackend",
-        AIRFLOW__SECRETS__BACKEND_KWARGS=json.dumps({"connections_file_path": str(connections)}),
-        AIRFLOW__LOGGING__BASE_LOG_FOLDER=str(tmp_path / "logs"),
-        TMPDIR=str(task_tmp),
+        str(lake.root),
+        tmp_path,
+        connections,
+        drop=("LAKEHOUSE_KAFKA_BOOTSTRAP",),  # the connection names the brokers
         LAKEHOUSE_SPARK_CONF=json.dumps(spark_conf),
-    )
-    env.pop("LAKEHOUSE_KAFKA_BOOTSTRAP")  # the connection names the brokers
-    env.pop("LAKEHOUSE_FAULT", None)
-
-    process = subprocess.Popen(
-        ["airflow", "dags", "test", "orders_pipeline"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
     )
     exposed: list[str] = []
     bronze_submits: set[int] = set()

@@ -27,35 +27,17 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.local.env import subprocess_env
 from lakehouse.local.report import render
 from lakehouse.local.services import S3Server
 from lakehouse.sample_data import OrderEventGenerator, render_file
 from lakehouse.settings import Settings
-from lakehouse.submit import job_submit_spec
-from tests.e2e.test_kafka import _processes
+from tests.e2e.test_kafka import _processes, airflow_dags_test
 from tests.lake import Lake
 from tests.oracle import comparable, expected_tables, split_records
 
 pytestmark = pytest.mark.slow
 
 LEASE_S = 8
-
-
-def submit(lake: Lake, layer: str, name: str, *args: str, **env: str) -> subprocess.Popen[str]:
-    """One layer as Airflow runs it: spark-submit in a process group of its own."""
-    settings = Settings.from_env().with_root(lake.settings.root)
-    spec = job_submit_spec(settings, "orders", layer, run_id=name, extra_args=args)
-    environment = subprocess_env(settings, LAKEHOUSE_ROOT=lake.settings.root, **env)
-    environment.pop("LAKEHOUSE_FAULT", None)
-    return subprocess.Popen(
-        spec.argv("local[2]"),
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
 
 
 class Output:
@@ -102,12 +84,12 @@ def test_two_drivers_of_a_layer_on_s3_one_writes_and_a_paused_one_is_fenced(lake
     # and stops with ConcurrentRun.
     pair = [
         Output(
-            submit(
-                lake,
+            lake.submit(
+                "orders",
                 "bronze",
-                f"pair-{side}",
                 "--max-files-per-trigger",
                 "1",
+                run_id=f"pair-{side}",
                 **settings,
                 LAKEHOUSE_LOCK_WAIT_S="5",
             )
@@ -124,12 +106,14 @@ def test_two_drivers_of_a_layer_on_s3_one_writes_and_a_paused_one_is_fenced(lake
     assert bronze == comparable(expected_tables(delivered))["bronze"], "one writer, each once"
 
     # Silver: a driver paused mid-run past its lease (a zombie), and its retry.
-    zombie = Output(submit(lake, "silver", "zombie", **settings))
+    zombie = Output(lake.submit("orders", "silver", run_id="zombie", **settings))
     zombie.wait_for("query orders_silver started")
     os.killpg(zombie.process.pid, signal.SIGSTOP)
     stopped_at = time.monotonic()
     try:
-        retry = Output(submit(lake, "silver", "retry", **settings, LAKEHOUSE_LOCK_WAIT_S="120"))
+        retry = Output(
+            lake.submit("orders", "silver", run_id="retry", **settings, LAKEHOUSE_LOCK_WAIT_S="120")
+        )
         code, output = retry.finish()
         assert code == 0, output[-4000:]
         assert re.search(
@@ -191,42 +175,18 @@ def test_airflow_on_s3_with_the_connection_and_the_secret_shows_nowhere(
     records = OrderEventGenerator(seed=72).batch(60)
     content = render_file(records)
     lake.land(content)
-    connections = tmp_path / "connections.json"
-    connections.write_text(
-        json.dumps(
-            {
-                "lakehouse_s3": {
-                    "conn_type": "aws",
-                    "login": config.access_key_id,
-                    "password": canary,
-                    "extra": {"endpoint_url": config.endpoint, "region_name": config.region},
-                }
-            }
-        )
-    )
-    connections.chmod(0o600)
-    task_tmp = tmp_path / "task-tmp"
-    task_tmp.mkdir()
+    connections: dict[str, dict[str, object]] = {
+        "lakehouse_s3": {
+            "conn_type": "aws",
+            "login": config.access_key_id,
+            "password": canary,
+            "extra": {"endpoint_url": config.endpoint, "region_name": config.region},
+        }
+    }
     settings = Settings.from_env()
-    env = subprocess_env(
-        settings,
-        LAKEHOUSE_ROOT=lake.settings.root,
-        AIRFLOW__SECRETS__BACKEND="airflow.secrets.local_filesystem.LocalFilesystemBackend",
-        AIRFLOW__SECRETS__BACKEND_KWARGS=json.dumps({"connections_file_path": str(connections)}),
-        AIRFLOW__LOGGING__BASE_LOG_FOLDER=str(tmp_path / "logs"),
-        TMPDIR=str(task_tmp),
-    )
-    for key in [k for k in env if k.startswith("AWS_")]:
-        del env[key]  # the connection is the only way in
-    env.pop("LAKEHOUSE_FAULT", None)
-    env.pop("LAKEHOUSE_S3_PORT", None)
-
-    process = subprocess.Popen(
-        ["airflow", "dags", "test", "orders_pipeline"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    # The connection is the only way in: no AWS_* variable reaches Airflow.
+    process, task_tmp = airflow_dags_test(
+        settings, lake.settings.root, tmp_path, connections, drop=("AWS_", "LAKEHOUSE_S3_PORT")
     )
     exposed: list[str] = []
     submits: set[int] = set()
