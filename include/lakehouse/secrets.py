@@ -4,7 +4,7 @@ spark-submit without a command line, which settings nobody may change, and maski
 * **Extra Spark settings** (``LAKEHOUSE_SPARK_CONF``) may hold secrets (an
   ``fs.s3a.secret.key``, a JAAS line). A command line is world-readable (``ps``) and ends up
   in the task log, so they go to spark-submit in a properties file that only its owner can
-  read (``write_properties``), never as ``--conf``.
+  read (``lakehouse.submit.write_properties``), never as ``--conf``.
 * **Safety settings** (``PROTECTED_SPARK_CONF``): Spark's log redaction, failing on missing
   files, Delta's VACUUM retention check. Setting any of them is refused by name: each one, if
   relaxed, silently un-hides secrets or drops data.
@@ -19,10 +19,7 @@ import logging
 import os
 import re
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
-
-from lakehouse.fs import write_private
 
 # Spark hides the value of every setting or source option whose key or value matches this, in
 # logs, plans, the UI and event logs. Spark's default (the first four) misses the Kafka
@@ -113,29 +110,3 @@ class MaskingFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return mask(super().format(record)) or ""
-
-
-def _escape(text: str) -> str:
-    """A value or key in ``java.util.Properties`` syntax (ASCII; ``\\uXXXX`` for the rest)."""
-    out = []
-    for char in text:
-        if char in "\\=:#! ":
-            out.append("\\" + char)
-        elif char == "\n":
-            out.append("\\n")
-        elif char == "\r":
-            out.append("\\r")
-        elif char == "\t":
-            out.append("\\t")
-        elif not 0x20 <= ord(char) < 0x7F:
-            out.append(f"\\u{ord(char):04x}")
-        else:
-            out.append(char)
-    return "".join(out)
-
-
-def write_properties(path: Path, conf: Mapping[str, str]) -> Path:
-    """Write ``conf`` as a Spark properties file at ``path``, created new and readable by its
-    owner only (spark-submit ``--properties-file``)."""
-    lines = [f"{_escape(key)}={_escape(value)}\n" for key, value in sorted(conf.items())]
-    return write_private(path, "".join(lines))

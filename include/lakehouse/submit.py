@@ -10,13 +10,14 @@ from __future__ import annotations
 import hashlib
 import os
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lakehouse.fs import write_private
 from lakehouse.jars import spark_jars
 from lakehouse.jvm import driver_java_options
-from lakehouse.secrets import PROTECTED_SPARK_CONF, REDACTION_REGEX, write_properties
+from lakehouse.secrets import PROTECTED_SPARK_CONF, REDACTION_REGEX
 from lakehouse.settings import Settings
 
 LOCAL_MASTER = "local[*]"
@@ -24,6 +25,32 @@ LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 # Re-exported: the regex lives with the other secret rules (lakehouse.secrets).
 __all__ = ["REDACTION_REGEX"]
+
+
+def _escape(text: str) -> str:
+    """A value or key in ``java.util.Properties`` syntax (ASCII; ``\\uXXXX`` for the rest)."""
+    out = []
+    for char in text:
+        if char in "\\=:#! ":
+            out.append("\\" + char)
+        elif char == "\n":
+            out.append("\\n")
+        elif char == "\r":
+            out.append("\\r")
+        elif char == "\t":
+            out.append("\\t")
+        elif not 0x20 <= ord(char) < 0x7F:
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def write_properties(path: Path, conf: Mapping[str, str]) -> Path:
+    """Write ``conf`` as a Spark properties file at ``path``, created new and readable by its
+    owner only (spark-submit ``--properties-file``)."""
+    lines = [f"{_escape(key)}={_escape(value)}\n" for key, value in sorted(conf.items())]
+    return write_private(path, "".join(lines))
 
 
 def s3a_conf(settings: Settings) -> dict[str, str]:

@@ -18,10 +18,9 @@ from lakehouse.secrets import (
     mask_all,
     remember,
     secret_values,
-    write_properties,
 )
 from lakehouse.settings import Settings
-from lakehouse.submit import job_submit_spec, spark_conf
+from lakehouse.submit import job_submit_spec, spark_conf, write_properties
 
 CANARY = "canary-s3-5e3f0a9c2b"
 
