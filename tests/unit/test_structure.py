@@ -51,7 +51,7 @@ def test_no_import_cycle() -> None:
         path.append(name)
         for target in sorted(graph[name]):
             if state.get(target) == 1:
-                cycles.append(path[path.index(target) :] + [target])
+                cycles.append([*path[path.index(target) :], target])
             elif target not in state:
                 visit(target, path)
         path.pop()
