@@ -52,9 +52,19 @@ def claim(
     return left
 
 
-def release(spark: SparkSession, settings: Settings, pipeline: str, layer: str) -> None:
-    """Remove this run's marker: it ended (succeeded, failed or refused)."""
-    storage.delete(spark, marker_path(settings, pipeline, layer))
+def release(
+    spark: SparkSession, settings: Settings, pipeline: str, layer: str, run_id: str
+) -> None:
+    """Remove this run's marker: it ended (succeeded, failed or refused). A run that lost its
+    lease meanwhile (paused past it) finds a newer run's marker there, and leaves it."""
+    path = marker_path(settings, pipeline, layer)
+    text = storage.read_text(spark, path)
+    try:
+        mine = text is not None and json.loads(text).get("run_id") == run_id
+    except ValueError:
+        mine = False
+    if mine:
+        storage.delete(spark, path)
 
 
 def started_at(marker: dict[str, Any]) -> datetime | None:
@@ -82,4 +92,4 @@ def running(
     try:
         yield
     finally:
-        release(spark, settings, pipeline, layer)
+        release(spark, settings, pipeline, layer, run_id)

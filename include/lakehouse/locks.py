@@ -21,10 +21,14 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from lakehouse.errors import LeaseLost
 from lakehouse.leases import LOCK_DIR, Lease, store_for
 from lakehouse.settings import Settings
+
+if TYPE_CHECKING:
+    from lakehouse.s3 import S3Config
 
 __all__ = ["LOCK_DIR", "TableLocks", "check_held", "table_locks"]
 
@@ -77,13 +81,19 @@ def on_any_lost(callback: Callable[[LeaseLost], None]) -> None:
 
 @contextmanager
 def table_locks(
-    settings: Settings, tables: Sequence[str], owner: str, wait_s: float = 60.0
+    settings: Settings,
+    tables: Sequence[str],
+    owner: str,
+    wait_s: float = 60.0,
+    s3: S3Config | None = None,
 ) -> Iterator[TableLocks]:
-    """Hold the write leases of ``tables`` (taken in a fixed order: no deadlocks)."""
+    """Hold the write leases of ``tables`` (taken in a fixed order: no deadlocks); ``s3``: the
+    credentials of an S3 root (default the environment's)."""
     held = TableLocks()
     with ExitStack() as stack:
         for table in sorted(set(tables)):
-            lease = Lease(store_for(settings, table), table, owner, lease_s=settings.lock_lease_s)
+            store = store_for(settings, table, s3)
+            lease = Lease(store, table, owner, lease_s=settings.lock_lease_s)
             lease.acquire(wait_s)
             stack.callback(lease.release)
             lease.start_heartbeat()

@@ -3,17 +3,21 @@ a JVM did (a layer with nothing new to read is skipped, and says so in ``ops/run
 
 The jobs append their own rows with Spark (``jobs.runtime.append_run_log``); both write the
 same table, whose schema is ``lakehouse.specs.RUN_LOG``. Appends from both sides are blind
-appends, which Delta's optimistic concurrency never refuses.
+appends, which Delta's optimistic concurrency never refuses; both hold the table's write lease
+while they append (on S3, Spark's commits are not atomic between writers without it).
 """
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.settings import Settings
 from lakehouse.specs import RUN_LOG, schema_fields
+
+if TYPE_CHECKING:
+    from lakehouse.s3 import S3Config
 
 _ARROW_TYPES = {
     "STRING": "string",
@@ -35,10 +39,14 @@ def _arrow_schema() -> Any:
     return pa.schema(fields)
 
 
-def append_row(settings: Settings, **values: Any) -> None:
-    """Append one row (columns of ``RUN_LOG``; ``details`` as a dict) with delta-rs."""
+def append_row(settings: Settings, s3: S3Config | None = None, **values: Any) -> None:
+    """Append one row (columns of ``RUN_LOG``; ``details`` as a dict) with delta-rs, under the
+    run log's write lease (``s3``: the credentials of an S3 root, default the environment's)."""
     import pyarrow as pa
     from deltalake import write_deltalake
+
+    from lakehouse.fs import delta_storage_options
+    from lakehouse.locks import table_locks
 
     row: dict[str, Any] = {name: None for name, _ in schema_fields(RUN_LOG.schema)}
     unknown = set(values) - set(row)
@@ -50,7 +58,10 @@ def append_row(settings: Settings, **values: Any) -> None:
     if isinstance(started, datetime) and isinstance(ended, datetime):
         row["duration_s"] = round((ended - started).total_seconds(), 3)
     table = pa.Table.from_pylist([row], schema=_arrow_schema())
-    write_deltalake(settings.path(RUN_LOG.name), table, mode="append")
+    owner = f"{row.get('pipeline')}.{row.get('layer')} run {row.get('run_id')} (run log)"
+    with table_locks(settings, [RUN_LOG.name], owner, settings.lock_wait_s, s3):
+        options = delta_storage_options(settings, s3)
+        write_deltalake(settings.path(RUN_LOG.name), table, mode="append", storage_options=options)
 
 
 def now() -> datetime:

@@ -329,13 +329,15 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
         if params.mode != Mode.INCREMENTAL or params.accept_data_loss or params.kafka_replay_from:
             return
         started = now()
-        pending = pending_input(settings, get_pipeline(self.pipeline), self.layer, kafka)
+        pipeline = get_pipeline(self.pipeline)
+        pending = pending_input(settings, pipeline, self.layer, kafka, s3=self._s3)
         if not pending.nothing:
             self.log.info("%s: %s", self.what, pending.description)
             return
         reason = f"nothing new: {pending.description}"
         append_row(
             settings,
+            self._s3,
             pipeline=self.pipeline,
             layer=self.layer,
             action="stream",

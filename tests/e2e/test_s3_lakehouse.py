@@ -131,7 +131,10 @@ def test_two_drivers_of_a_layer_on_s3_one_writes_and_a_paused_one_is_fenced(lake
     assert lake.run("gold") == 0
     assert lake.contract_view() == comparable(expected_tables(delivered))
     runs = lake.rows("ops/run_log", ["layer", "run_id", "status", "error"])
+    # The retry found the zombie's run marker (a run that started and never ended) and logged
+    # it as killed; the zombie, woken, logged its own refusal.
     assert {(layer, run, status) for layer, run, status, _ in runs if layer == "silver"} == {
+        ("silver", "zombie", "killed"),
         ("silver", "zombie", "refused"),
         ("silver", "retry", "succeeded"),
     }
