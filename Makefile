@@ -48,7 +48,7 @@ test: setup browser ## The whole test suite (starts the Kafka broker, Spark clus
 	@GO="$(GO)" $(PY) -m pytest --durations=30 $(PYTEST_ARGS)
 
 .PHONY: test-kill
-test-kill: setup ## The kill matrix, 20 seeded rounds (make test runs 2)
+test-kill: setup ## The kill matrix, 20 seeded rounds (make test runs 1)
 	@LAKEHOUSE_KILL_ROUNDS=$${LAKEHOUSE_KILL_ROUNDS:-20} $(PY) -m pytest tests/e2e/test_kill_matrix.py -q $(PYTEST_ARGS)
 
 .PHONY: test-fast
