@@ -58,7 +58,6 @@ def logged_expectations(lake: Lake) -> Counter[str]:
     return counted
 
 
-@pytest.mark.parametrize("lake", ["local", "s3"], indirect=True)
 def test_history_and_segment_sales_hold_after_every_run(lake: Lake) -> None:
     customers, orders = CustomerEventGenerator(seed=21), OrderEventGenerator(seed=21)
     delivered_c: list[bytes] = []
