@@ -44,8 +44,18 @@ from lakehouse.specs import Layer, PipelineSpec, TableSpec
 
 # ISO-8601 with a zone, years 1970..2999 (so that every accepted instant converts to UTC and
 # back without overflow); no spaces, no paths, no quotes.
+# Calendar days exactly (the form must accept what the model does): 31-day months, 30-day
+# months, February to the 28th, and the 29th in leap years between 1970 and 2999.
+_YEAR = r"(19[7-9][0-9]|2[0-9]{3})"
+_LEAP_YEAR = r"(19(7[26]|8[048]|9[26])|2[0-9](0[48]|[2468][048]|[13579][26])|2[048]00)"
+_DAY = (
+    rf"({_YEAR}-(0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])"
+    rf"|{_YEAR}-(0[469]|11)-(0[1-9]|[12][0-9]|30)"
+    rf"|{_YEAR}-02-(0[1-9]|1[0-9]|2[0-8])"
+    rf"|{_LEAP_YEAR}-02-29)"
+)
 ISO_WITH_ZONE_PATTERN = (
-    r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    rf"^{_DAY}"
     r"T([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]{1,6})?)?"
     r"(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
 )
