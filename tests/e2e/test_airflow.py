@@ -58,9 +58,9 @@ def deliver(lake: Lake, lines: list[bytes], seed: int, pipeline: str = "orders")
     return split_records(content)
 
 
-def check_runs(lake: Lake, **env: str) -> None:
-    """A run of the three example pipelines through Airflow (customers, then orders, then
-    segment sales) after a delivery; both contracts after it."""
+def check_runs(lake: Lake, runs: int = 2, **env: str) -> None:
+    """``runs`` (1 or 2) runs of the three example pipelines through Airflow, customers, then
+    orders, then segment sales, with a delivery before each; both contracts after each."""
     orders, customers = OrderEventGenerator(seed=31), CustomerEventGenerator(seed=31)
     delivered = deliver(lake, orders.batch(150), seed=1)
     delivered_c = deliver(lake, customers.initial_load() + customers.batch(100), 1, "customers")
@@ -76,12 +76,24 @@ def check_runs(lake: Lake, **env: str) -> None:
     # Bronze reads lines (blank ones included) and writes records.
     assert first["bronze"][1] == len(delivered) <= first["bronze"][0]
     assert first["silver"] == (len(delivered), len(delivered) - n_quarantined, n_quarantined)
+    if runs == 1:
+        return
+
+    new = deliver(lake, orders.batch(80) + orders.flush_late(), seed=2)
+    delivered_c += deliver(lake, customers.batch(60) + customers.flush_late(), 2, "customers")
+    dags_test(lake, "customers", **env)
+    second = dags_test(lake, "orders", **env)
+    dags_test(lake, "segment_sales", **env)
+    assert second["bronze"][1] == len(new), "the second run reads only the new file"
+    expected = expected_tables(delivered + new)
+    assert lake.contract_view() == comparable(expected)
+    expected_c = expected_customers(delivered_c)
+    sales = expected_segment_sales(expected.silver, expected_c.history)
+    assert lake.customers_view(True) == comparable_customers(expected_c, sales)
 
 
 def test_airflow_runs_the_pipelines_on_local_spark(lake: Lake) -> None:
-    # One run, then an idle one: a second delivery's incremental read through spark-submit is
-    # checked by the kill matrix and the killed-runs tests (and in-process in tests/spark).
-    check_runs(lake)
+    check_runs(lake, 2)
     masters = {row[0] for row in lake.rows("ops/run_log", ["spark_master"]) if row[0]}
     assert masters == {"local[*]"}
 
@@ -104,7 +116,8 @@ def test_airflow_runs_the_pipelines_on_local_spark(lake: Lake) -> None:
 def test_airflow_runs_the_pipelines_on_the_standalone_cluster(
     lake: Lake, spark_cluster: str
 ) -> None:
-    check_runs(lake, LAKEHOUSE_SPARK_MASTER=spark_cluster)
+    # One run: the second run's incremental read is the same code, checked on local Spark.
+    check_runs(lake, 1, LAKEHOUSE_SPARK_MASTER=spark_cluster)
     masters = {row[0] for row in lake.rows("ops/run_log", ["spark_master"])}
     assert masters == {spark_cluster}
 
