@@ -35,7 +35,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs import storage
-from jobs.delta_writes import last_commit_metrics, match_on, rows_written_since, table_version
+from jobs.delta_state import table_version
+from jobs.delta_writes import last_commit_metrics, match_on, rows_written_since
 from jobs.runtime import JobContext, StreamResult, run_layer, run_stream
 from jobs.tables import ensure_table
 from jobs.transforms import filter_not_blank, with_kafka_lineage, with_raw_record

@@ -54,12 +54,25 @@ def is_delta_table(spark: SparkSession, location: str) -> bool:
     return bool(DeltaTable.isDeltaTable(spark, location))
 
 
-def table_state(spark: SparkSession, location: str) -> TableState:
+def _snapshot(spark: SparkSession, location: str) -> Any:
+    """The table's latest JVM ``Snapshot`` (the log listed again; no Spark job)."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
     none = jvm.scala.Option.empty()
-    snapshot = delta_log.update(False, none, none)
+    return delta_log.update(False, none, none)
+
+
+def table_version(spark: SparkSession, location: str) -> int:
+    """The table's latest version, from its log (``DESCRIBE HISTORY`` would run a Spark job
+    to read the last commit; every layer run asks this two or three times)."""
+    return int(_snapshot(spark, location).version())
+
+
+def table_state(spark: SparkSession, location: str) -> TableState:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    snapshot = _snapshot(spark, location)
     to_java = jvm.scala.jdk.javaapi.CollectionConverters.asJava
     metadata = snapshot.metadata()
     return TableState(

@@ -87,18 +87,16 @@ def last_commit_metrics(spark: SparkSession, location: str) -> dict[str, Any]:
     return dict(rows[0]["operationMetrics"] or {}) if rows else {}
 
 
-def table_version(spark: SparkSession, location: str) -> int:
-    from delta.tables import DeltaTable
-
-    return int(DeltaTable.forPath(spark, location).history(1).collect()[0]["version"])
-
-
 def rows_written_since(
     spark: SparkSession, location: str, version: int, operations: tuple[str, ...]
 ) -> int:
     """Rows added by ``operations`` commits after ``version`` (from Delta's commit metrics)."""
     from delta.tables import DeltaTable
 
+    from jobs.delta_state import table_version
+
+    if table_version(spark, location) == version:
+        return 0  # nothing committed: no need to read the history
     history = DeltaTable.forPath(spark, location).history()
     rows = history.where(history.version > version).where(history.operation.isin(*operations))
     return sum(int((r["operationMetrics"] or {}).get("numOutputRows", 0)) for r in rows.collect())

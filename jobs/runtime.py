@@ -33,10 +33,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
 from jobs import run_markers, storage
-from jobs.delta_writes import table_version
+from jobs.delta_state import table_version
 from jobs.guards import check_checkpoint
 from jobs.session import build_spark
 from jobs.tables import ensure_table
+from lakehouse import runlog
 from lakehouse.authz import ACCEPT_DATA_LOSS, require_grant
 from lakehouse.backups import restore_marker
 from lakehouse.checkpoints import Checkpoint
@@ -53,7 +54,7 @@ from lakehouse.secrets import (
     secret_values,
 )
 from lakehouse.settings import Settings
-from lakehouse.specs import RUN_LOG, Layer, PipelineSpec, StreamSpec
+from lakehouse.specs import RUN_LOG, Layer, PipelineSpec, StreamSpec, schema_fields
 
 log = logging.getLogger("lakehouse")
 
@@ -149,38 +150,23 @@ class RunRecord:
         return data
 
 
+# Run logs this process has made sure of (created, columns added): once per process is enough
+# while the table is there.
+_RUN_LOGS_MADE: set[str] = set()
+
+
 def append_run_log(spark: SparkSession, settings: Settings, record: RunRecord) -> None:
-    # Every job appends here: under the table's lease, as every other write, because Delta
-    # on S3 without a DynamoDB log store cannot tell two drivers' commits apart.
-    owner = f"run log of {record.pipeline}.{record.layer} run {record.run_id}"
-    with table_locks(settings, [RUN_LOG.name], owner, settings.lock_wait_s) as locks:
-        location = ensure_table(spark, settings, RUN_LOG)
-        locks.check()
-        _append_row(spark, location, record)
+    """Append ``record`` to ``ops/run_log``: the table made by Spark (once, with its
+    properties), the row by delta-rs (no Spark job for one row), under the run log's lease as
+    every write is."""
+    from delta.tables import DeltaTable
 
-
-def _append_row(spark: SparkSession, location: str, record: RunRecord) -> None:
-    row = (
-        record.pipeline,
-        record.layer,
-        record.action,
-        record.run_id,
-        record.query_id,
-        record.status,
-        record.started_at.replace(tzinfo=None),
-        record.ended_at.replace(tzinfo=None) if record.ended_at else None,
-        record.duration_s,
-        record.rows_in,
-        record.rows_out,
-        record.rows_quarantined,
-        record.batches,
-        record.source_start,
-        record.source_end,
-        record.spark_master,
-        record.error,
-        json.dumps(record.details, sort_keys=True, default=str),
-    )
-    spark.createDataFrame([row], RUN_LOG.schema).write.format("delta").mode("append").save(location)
+    location = settings.path(RUN_LOG.name)
+    if location not in _RUN_LOGS_MADE or not DeltaTable.isDeltaTable(spark, location):
+        ensure_table(spark, settings, RUN_LOG)
+        _RUN_LOGS_MADE.add(location)
+    values = {name: getattr(record, name) for name, _ in schema_fields(RUN_LOG.schema)}
+    runlog.append_row(settings, **values)
 
 
 # -- the wrapper ------------------------------------------------------------------------------

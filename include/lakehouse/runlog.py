@@ -1,10 +1,11 @@
-"""Run-log rows written without Spark, through delta-rs: what a task that decided not to start
-a JVM did (a layer with nothing new to read is skipped, and says so in ``ops/run_log``).
+"""Run-log rows written without Spark, through delta-rs: one row is not worth a Spark job.
 
-The jobs append their own rows with Spark (``jobs.runtime.append_run_log``); both write the
-same table, whose schema is ``lakehouse.specs.RUN_LOG``. Appends from both sides are blind
-appends, which Delta's optimistic concurrency never refuses; both hold the table's write lease
-while they append (on S3, Spark's commits are not atomic between writers without it).
+Two kinds of writer append here: a task that decided not to start a JVM (a layer with nothing
+new to read is skipped, and says so in ``ops/run_log``), and the jobs themselves
+(``jobs.runtime.append_run_log``, after Spark has made the table with its properties). The
+table's schema is ``lakehouse.specs.RUN_LOG``. Appends are blind appends, which Delta's
+optimistic concurrency never refuses; every writer holds the table's write lease while it
+appends (on S3, commits are not atomic between writers without it).
 """
 
 from __future__ import annotations
