@@ -92,12 +92,21 @@ def _single_json(raw: Column, wrapped: Column) -> Column:
 
 def _only_duplicate_keys(raw: Column) -> Column:
     """For a refused record: one JSON value that a duplicate-tolerant parser reads, so the
-    duplicate keys were the problem (evaluated for refused records only)."""
+    duplicate keys were the problem (evaluated for refused records only).
+
+    ``get_json_object`` tolerates duplicate keys and reads a container to its end, but not
+    past it. Inside ``[...]`` anything after the value breaks the array or adds a second
+    element, unless it starts by closing the array early (``] ...``); a record with a ``]``
+    is also read inside ``{"v": ...}``, where a ``]`` right after the value is an error. Text
+    after the value escapes neither wrapping: it would have to start with ``]`` for one and
+    with ``}`` for the other.
+    """
     wrapped = F.concat(F.lit("["), raw, F.lit("]"))
+    in_object = F.concat(F.lit('{"v":'), raw, F.lit("}"))
     return (
-        ~raw.contains("]")
-        & F.get_json_object(wrapped, "$[0]").isNotNull()
+        F.get_json_object(wrapped, "$[0]").isNotNull()
         & F.get_json_object(wrapped, "$[1]").isNull()
+        & (~raw.contains("]") | F.get_json_object(in_object, "$.v").isNotNull())
     )
 
 

@@ -197,6 +197,12 @@ def parse_object(raw: bytes, parse_int: Callable[[str], Any] = int) -> dict[str,
             parse_constant=_reject_constant,
         )
     except _Duplicate:
+        # Only when the text is one JSON value once duplicates are allowed: a duplicate key
+        # in text that has more after its value is not JSON at all.
+        try:
+            json.loads(text, parse_float=Decimal, parse_constant=_reject_constant)
+        except ValueError:
+            return "not_json"
         return "duplicate_key"
     except ValueError:
         return "not_json"

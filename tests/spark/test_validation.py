@@ -90,6 +90,24 @@ INVALID = {
     "string": (b'"x"', "not_object"),
     "null": (b"null", "not_object"),
     "duplicate key": (rec()[:-1] + b', "region": "us-east"}', "duplicate_key"),
+    # A "]" inside the record (an array anywhere) must not hide the duplicate, nor hide
+    # text after the value from the check.
+    "duplicate key and an array": (
+        rec(tags=["sync", 1])[:-1] + b', "region": "us-east"}',
+        "duplicate_key",
+    ),
+    "duplicate key, bracket then value": (
+        rec()[:-1] + b', "region": "us-east"}] , [1',
+        "not_json",
+    ),
+    "duplicate key, brace then text": (
+        rec()[:-1] + b', "region": "us-east"}} x',
+        "not_json",
+    ),
+    "duplicate key and an array, then text": (
+        rec(tags=[1])[:-1] + b', "region": "us-east"}] x',
+        "not_json",
+    ),
     "invalid utf8": (rec(region="eu-\udcff").replace(b"\\udcff", b"\xff"), "invalid_utf8"),
     "empty event_id": (rec(event_id=""), "empty:event_id"),
     "bool event_id": (rec(event_id=True), "wrong_type:event_id"),
