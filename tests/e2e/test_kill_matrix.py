@@ -6,7 +6,8 @@ writer's checkpoint.
 
 Each round has its own seed (``1000 + round``), so a failure can be replayed.
 ``LAKEHOUSE_KILL_ROUNDS`` sets the number of rounds (1 by default in ``make test``; 20 in
-``make test-kill``).
+``make test-kill``) and ``LAKEHOUSE_KILL_FIRST`` the first round (0), e.g. to replay seed
+1002 alone: ``LAKEHOUSE_KILL_FIRST=2 LAKEHOUSE_KILL_ROUNDS=1 make test-kill``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tests.oracle_customers import comparable_customers, expected_customers, exp
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 ROUNDS = int(os.environ.get("LAKEHOUSE_KILL_ROUNDS", "1"))
+FIRST = int(os.environ.get("LAKEHOUSE_KILL_FIRST", "0"))
 # Where each job can be made to die on purpose (besides a random moment).
 FAULTS = {
     ("orders", "silver"): ("silver.after_quarantine", "silver.after_merge"),
@@ -85,7 +87,7 @@ def check_agreement(lake: Lake) -> None:
         check_checkpoint(lake.spark, settings, stream, RunParams())
 
 
-@pytest.mark.parametrize("round_", range(ROUNDS))
+@pytest.mark.parametrize("round_", range(FIRST, FIRST + ROUNDS))
 def test_killed_jobs_recover_exactly_once(lake: Lake, round_: int) -> None:
     seed = 1000 + round_
     rng = random.Random(seed)
