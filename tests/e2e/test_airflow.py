@@ -92,7 +92,7 @@ def check_runs(lake: Lake, runs: int = 2, **env: str) -> None:
     assert lake.customers_view(True) == comparable_customers(expected_c, sales)
 
 
-# Seven DAG runs, eighteen spark-submits: about 13 minutes on a 2-core machine alone, more
+# Seven DAG runs, twelve spark-submits: about 13 minutes on a 2-core machine alone, more
 # beside other work; the suite's 15-minute guard against a hang is too close.
 @pytest.mark.timeout(1800)
 def test_airflow_runs_the_pipelines_on_local_spark(lake: Lake) -> None:
