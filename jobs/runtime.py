@@ -33,7 +33,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
 from jobs import run_markers, storage
-from jobs.delta_state import table_version
+from jobs.delta_state import is_delta_table, table_version
 from jobs.guards import check_checkpoint
 from jobs.session import build_spark
 from jobs.tables import ensure_table
@@ -159,10 +159,8 @@ def append_run_log(spark: SparkSession, settings: Settings, record: RunRecord) -
     """Append ``record`` to ``ops/run_log``: the table made by Spark (once, with its
     properties), the row by delta-rs (no Spark job for one row), under the run log's lease as
     every write is."""
-    from delta.tables import DeltaTable
-
     location = settings.path(RUN_LOG.name)
-    if location not in _RUN_LOGS_MADE or not DeltaTable.isDeltaTable(spark, location):
+    if location not in _RUN_LOGS_MADE or not is_delta_table(spark, location):
         ensure_table(spark, settings, RUN_LOG)
         _RUN_LOGS_MADE.add(location)
     values = {name: getattr(record, name) for name, _ in schema_fields(RUN_LOG.schema)}

@@ -71,6 +71,11 @@ def _rule(rule: str, field: str) -> Column:
     return F.lit(f"{rule}:{field}")
 
 
+def _in_object(raw: Column) -> Column:
+    """``raw`` as the value of ``{"v": ...}``: no ``]`` right after the value survives it."""
+    return F.concat(F.lit('{"v":'), raw, F.lit("}"))
+
+
 def _single_json(raw: Column, wrapped: Column) -> Column:
     """True when ``raw`` is exactly one JSON value.
 
@@ -83,10 +88,7 @@ def _single_json(raw: Column, wrapped: Column) -> Column:
     return (
         wrapped.isNotNull()
         & F.try_variant_get(wrapped, "$[1]", "variant").isNull()
-        & (
-            ~raw.contains("]")
-            | F.try_parse_json(F.concat(F.lit('{"v":'), raw, F.lit("}"))).isNotNull()
-        )
+        & (~raw.contains("]") | F.try_parse_json(_in_object(raw)).isNotNull())
     )
 
 
@@ -102,11 +104,10 @@ def _only_duplicate_keys(raw: Column) -> Column:
     with ``}`` for the other.
     """
     wrapped = F.concat(F.lit("["), raw, F.lit("]"))
-    in_object = F.concat(F.lit('{"v":'), raw, F.lit("}"))
     return (
         F.get_json_object(wrapped, "$[0]").isNotNull()
         & F.get_json_object(wrapped, "$[1]").isNull()
-        & (~raw.contains("]") | F.get_json_object(in_object, "$.v").isNotNull())
+        & (~raw.contains("]") | F.get_json_object(_in_object(raw), "$.v").isNotNull())
     )
 
 
