@@ -71,6 +71,12 @@ def _rule(rule: str, field: str) -> Column:
     return F.lit(f"{rule}:{field}")
 
 
+def _in_array(raw: Column) -> Column:
+    """``raw`` as the only element of ``[...]``: text after the value breaks the array or adds
+    a second element (unless it starts by closing the array: see ``_in_object``)."""
+    return F.concat(F.lit("["), raw, F.lit("]"))
+
+
 def _in_object(raw: Column) -> Column:
     """``raw`` as the value of ``{"v": ...}``: no ``]`` right after the value survives it."""
     return F.concat(F.lit('{"v":'), raw, F.lit("}"))
@@ -103,7 +109,7 @@ def _only_duplicate_keys(raw: Column) -> Column:
     after the value escapes neither wrapping: it would have to start with ``]`` for one and
     with ``}`` for the other.
     """
-    wrapped = F.concat(F.lit("["), raw, F.lit("]"))
+    wrapped = _in_array(raw)
     return (
         F.get_json_object(wrapped, "$[0]").isNotNull()
         & F.get_json_object(wrapped, "$[1]").isNull()
@@ -216,7 +222,7 @@ def with_validation(bronze_df: DataFrame, record: RecordSpec) -> DataFrame:
     names = [spec.name for spec in record.fields]
 
     # 1. Parse once; keep the record only if it is exactly one JSON value.
-    df = bronze_df.withColumn(_WRAPPED, F.try_parse_json(F.concat(F.lit("["), raw, F.lit("]"))))
+    df = bronze_df.withColumn(_WRAPPED, F.try_parse_json(_in_array(raw)))
     df = df.withColumn(
         _DOC,
         F.when(
