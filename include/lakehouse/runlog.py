@@ -11,7 +11,7 @@ appends (on S3, commits are not atomic between writers without it).
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.settings import Settings
@@ -20,6 +20,10 @@ from lakehouse.specs import RUN_LOG, schema_fields
 if TYPE_CHECKING:
     from lakehouse.s3 import S3Config
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# Each column as an Arrow type of arro3 (deltalake's own Arrow library): pyarrow would bring
+# pandas with it, a quarter of a second of imports for one row.
 _ARROW_TYPES = {
     "STRING": "string",
     "TIMESTAMP": "timestamp",
@@ -29,21 +33,25 @@ _ARROW_TYPES = {
 }
 
 
-def _arrow_schema() -> Any:
-    import pyarrow as pa
+def _column(value: Any, sql_type: str) -> Any:
+    """One value as a one-row arro3 array of the column's type."""
+    from arro3.core import Array, DataType
 
-    fields = []
-    for name, sql_type in schema_fields(RUN_LOG.schema):
-        kind = _ARROW_TYPES[sql_type.upper()]
-        arrow = pa.timestamp("us", tz="UTC") if kind == "timestamp" else getattr(pa, kind)()
-        fields.append(pa.field(name, arrow))
-    return pa.schema(fields)
+    kind = _ARROW_TYPES[sql_type.upper()]
+    if kind != "timestamp":
+        return Array([value], getattr(DataType, kind)())
+    # arro3 builds timestamps from their integer microseconds only (a naive time is UTC's).
+    micros = None
+    if value is not None:
+        moment = value if value.tzinfo else value.replace(tzinfo=UTC)
+        micros = (moment - _EPOCH) // timedelta(microseconds=1)
+    return Array([micros], DataType.int64()).cast(DataType.timestamp("us", tz="UTC"))
 
 
 def append_row(settings: Settings, s3: S3Config | None = None, **values: Any) -> None:
     """Append one row (columns of ``RUN_LOG``; ``details`` as a dict) with delta-rs, under the
     run log's write lease (``s3``: the credentials of an S3 root, default the environment's)."""
-    import pyarrow as pa
+    from arro3.core import Table
     from deltalake import write_deltalake
 
     from lakehouse.fs import delta_storage_options
@@ -58,11 +66,18 @@ def append_row(settings: Settings, s3: S3Config | None = None, **values: Any) ->
     started, ended = row.get("started_at"), row.get("ended_at")
     if isinstance(started, datetime) and isinstance(ended, datetime):
         row["duration_s"] = round((ended - started).total_seconds(), 3)
-    table = pa.Table.from_pylist([row], schema=_arrow_schema())
+    fields = schema_fields(RUN_LOG.schema)
+    table = Table.from_pydict({name: _column(row[name], sql_type) for name, sql_type in fields})
     owner = f"{row.get('pipeline')}.{row.get('layer')} run {row.get('run_id')} (run log)"
     with table_locks(settings, [RUN_LOG.name], owner, settings.lock_wait_s, s3):
         options = delta_storage_options(settings, s3)
-        write_deltalake(settings.path(RUN_LOG.name), table, mode="append", storage_options=options)
+        write_deltalake(
+            settings.path(RUN_LOG.name),
+            table,
+            mode="append",
+            storage_options=options,
+            configuration=dict(RUN_LOG.properties),  # used when this append makes the table
+        )
 
 
 def now() -> datetime:

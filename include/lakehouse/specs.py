@@ -190,6 +190,9 @@ RUN_LOG = TableSpec(
         "source_start STRING, source_end STRING, spark_master STRING, error STRING, "
         "details STRING"
     ),
+    # delta-rs appends its rows and checkpoints every 100 commits unless told: each append
+    # then reads up to 100 commit files (100 requests on object storage). Spark's every 10.
+    properties={"delta.checkpointInterval": "10"},
 )
 
 
