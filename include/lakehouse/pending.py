@@ -69,15 +69,16 @@ def _delta_pending(
             layer, latest + 1, rows, f"all of {source} (version {latest}, {rows:,} rows)"
         )
     start = position.next_unread_version
-    versions = [h for h in table.history() if int(h["version"]) >= start]
+    if latest < start:
+        return Pending(layer, 0, 0, f"nothing new in {source} since version {start - 1}")
+    # Only the unread commits: a table's whole history grows with every run of every day.
+    versions = [h for h in table.history(limit=latest - start + 1) if int(h["version"]) >= start]
     rows = sum(
         int((h.get("operationMetrics") or {}).get("numOutputRows", 0) or 0)
         for h in versions
         if h.get("operation") not in _NO_DATA_OPERATIONS
     )
     if not rows and all(h.get("operation") in _NO_DATA_OPERATIONS for h in versions):
-        return Pending(layer, 0, 0, f"nothing new in {source} since version {start - 1}")
-    if not versions:
         return Pending(layer, 0, 0, f"nothing new in {source} since version {start - 1}")
     return Pending(
         layer,
