@@ -35,6 +35,7 @@ class Pending:
     items: int  # files (file source) or table versions (Delta source)
     rows: int | None  # rows in them, when known without reading data
     description: str
+    bytes: int | None = None  # their size, when that is what is known (landing files)
 
     @property
     def nothing(self) -> bool:
@@ -105,7 +106,7 @@ def _landing_pending(
         if normalize_location(f"{landing}/{name}") not in seen
     }
     size = sum(new.values())
-    return Pending(layer, len(new), None, f"{len(new)} new landing files ({size:,} bytes)")
+    return Pending(layer, len(new), None, f"{len(new)} new landing files ({size:,} bytes)", size)
 
 
 def _kafka_pending(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from lakehouse.jvm import QUICK_JIT_OPTION
 from lakehouse.local.env import subprocess_env
 from lakehouse.sample_customers import CustomerEventGenerator
 from lakehouse.sample_data import OrderEventGenerator, render_file
@@ -49,6 +50,9 @@ def dags_test(lake: Lake, pipeline: str = "orders", **env: str) -> dict[str, tup
     result = airflow(lake, "dags", "test", f"{pipeline}_pipeline", **env)
     output = result.stdout + result.stderr
     assert result.returncode == 0 and "state=success" in output, output[-6000:]
+    # Every input here is small: each driver starts with the quick compiler only.
+    submits = [line for line in output.splitlines() if "Spark-Submit cmd" in line]
+    assert submits and all(QUICK_JIT_OPTION in line for line in submits), submits
     return {m[1]: (int(m[2]), int(m[3]), int(m[4])) for m in _SUMMARY.findall(output)}
 
 
