@@ -70,10 +70,10 @@ def _delta_pending(
             layer, latest + 1, rows, f"all of {source} (version {latest}, {rows:,} rows)"
         )
     start = position.next_unread_version
-    if latest < start:
-        return Pending(layer, 0, 0, f"nothing new in {source} since version {start - 1}")
-    # Only the unread commits: a table's whole history grows with every run of every day.
-    versions = [h for h in table.history(limit=latest - start + 1) if int(h["version"]) >= start]
+    # Only the unread commits (none when the checkpoint is at the latest version): a table's
+    # whole history grows with every run of every day.
+    unread = latest - start + 1
+    versions = table.history(limit=unread) if unread > 0 else []
     rows = sum(
         int((h.get("operationMetrics") or {}).get("numOutputRows", 0) or 0)
         for h in versions

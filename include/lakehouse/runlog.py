@@ -57,7 +57,8 @@ def append_row(settings: Settings, s3: S3Config | None = None, **values: Any) ->
     from lakehouse.fs import delta_storage_options
     from lakehouse.locks import table_locks
 
-    row: dict[str, Any] = {name: None for name, _ in schema_fields(RUN_LOG.schema)}
+    fields = schema_fields(RUN_LOG.schema)
+    row: dict[str, Any] = {name: None for name, _ in fields}
     unknown = set(values) - set(row)
     if unknown:
         raise ValueError(f"not run-log columns: {sorted(unknown)}")
@@ -66,7 +67,6 @@ def append_row(settings: Settings, s3: S3Config | None = None, **values: Any) ->
     started, ended = row.get("started_at"), row.get("ended_at")
     if isinstance(started, datetime) and isinstance(ended, datetime):
         row["duration_s"] = round((ended - started).total_seconds(), 3)
-    fields = schema_fields(RUN_LOG.schema)
     table = Table.from_pydict({name: _column(row[name], sql_type) for name, sql_type in fields})
     owner = f"{row.get('pipeline')}.{row.get('layer')} run {row.get('run_id')} (run log)"
     with table_locks(settings, [RUN_LOG.name], owner, settings.lock_wait_s, s3):

@@ -16,8 +16,8 @@ from lakehouse.specs import RUN_LOG, schema_fields
 
 
 def _rows(settings: Settings) -> list[dict[str, object]]:
-    batches = DeltaTable(settings.path(RUN_LOG.name)).to_pyarrow_table().to_pylist()
-    return sorted(batches, key=lambda row: str(row["run_id"]))
+    rows = DeltaTable(settings.path(RUN_LOG.name)).to_pyarrow_table().to_pylist()
+    return sorted(rows, key=lambda row: str(row["run_id"]))
 
 
 def test_a_row_comes_back_exactly(tmp_path: Path) -> None:
