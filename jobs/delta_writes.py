@@ -108,7 +108,7 @@ PRESENT = "_present"
 def replace_scope(
     new_df: DataFrame,
     location: str,
-    scope_df: DataFrame,
+    scope_df: DataFrame | None,
     scope: Sequence[str],
     row_key: Sequence[str],
     *,
@@ -116,14 +116,14 @@ def replace_scope(
     batch_id: int | None = None,
 ) -> bool:
     """Make the rows of the table at ``location`` whose ``scope`` columns are in ``scope_df``
-    exactly ``new_df`` (rows identified by ``row_key``), in one MERGE that touches nothing else:
-    rows that are gone are deleted, rows that changed are updated, new rows inserted, and
-    rows that are the same are left out of it. Nothing to change commits nothing. Returns
-    whether it committed.
+    (with ``scope_df`` None: all of its rows) exactly ``new_df`` (rows identified by
+    ``row_key``), in one MERGE that touches nothing else: rows that are gone are deleted,
+    rows that changed are updated, new rows inserted, and rows that are the same are left out
+    of it. Nothing to change commits nothing. Returns whether it committed.
 
-    Gold recomputes the keys a change touched this way; a history the versions of the keys
-    whose events arrived. With ``app_id`` and ``batch_id`` the MERGE is idempotent for that
-    micro-batch.
+    Gold recomputes the keys a change touched this way, and a reprocess all of its rows; a
+    history the versions of the keys whose events arrived. With ``app_id`` and ``batch_id``
+    the MERGE is idempotent for that micro-batch.
     """
     from delta.tables import DeltaTable
 
@@ -131,11 +131,12 @@ def replace_scope(
     target = DeltaTable.forPath(spark, location)
     columns = list(new_df.columns)
     values = [c for c in columns if c not in row_key]
-    in_scope_df = (
-        target.toDF()
-        .join(F.broadcast(scope_df.select(*scope).distinct()), list(scope), "left_semi")
-        .select(*columns)
-    )
+    in_scope_df = target.toDF()
+    if scope_df is not None:
+        in_scope_df = in_scope_df.join(
+            F.broadcast(scope_df.select(*scope).distinct()), list(scope), "left_semi"
+        )
+    in_scope_df = in_scope_df.select(*columns)
     same_row = [F.col(f"n.{c}").eqNullSafe(F.col(f"o.{c}")) for c in columns]
     changed_df = new_df.alias("n").join(in_scope_df.alias("o"), reduce(and_, same_row), "left_anti")
     gone_df = in_scope_df.select(*row_key).join(new_df.select(*row_key), list(row_key), "left_anti")

@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs import faults, storage
-from jobs.delta_writes import last_commit_metrics, match_on, replace_scope
+from jobs.delta_writes import last_commit_metrics, replace_scope
 from jobs.runtime import JobContext, StreamResult, checkpoint_query_id, run_layer, run_stream
 from jobs.tables import ensure_table
 from lakehouse.checkpoints import Checkpoint, DeltaPosition
@@ -152,27 +152,16 @@ def make_batch_writer(ctx: JobContext, gold: Gold, app_id: str) -> Callable[[Dat
 
 def recompute_all(ctx: JobContext, gold: Gold, *, overwrite: bool) -> dict[str, int]:
     """Gold from all of its current inputs: an atomic overwrite (``full_refresh``) or a MERGE
-    that touches only the rows that differ and deletes keys with nothing left (``reprocess``)."""
-    from delta.tables import DeltaTable
-
+    of only the rows that differ, deleting keys with nothing left (``reprocess``; nothing
+    differs, nothing is committed)."""
     location = ctx.path(gold.table)
     columns = ctx.pipeline.table(gold.table).columns
     recomputed_df = compute(gold, current_inputs(ctx.spark, ctx, gold)).select(*columns)
-    check_held()
     if overwrite:
+        check_held()
         recomputed_df.write.format("delta").mode("overwrite").save(location)
-    else:
-        values = [c for c in columns if c not in gold.key]
-        same = match_on(values, null_safe=True)
-        (
-            DeltaTable.forPath(ctx.spark, location)
-            .alias("t")
-            .merge(recomputed_df.alias("s"), match_on(gold.key))
-            .whenMatchedUpdate(condition=f"NOT ({same})", set={c: f"s.{c}" for c in values})
-            .whenNotMatchedInsertAll()
-            .whenNotMatchedBySourceDelete()
-            .execute()
-        )
+    elif not replace_scope(recomputed_df, location, None, gold.recompute_columns, gold.key):
+        return {}
     metrics = last_commit_metrics(ctx.spark, location)
     return {k: int(v) for k, v in metrics.items() if k.startswith("num")}
 

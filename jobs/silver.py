@@ -160,16 +160,29 @@ def make_batch_writer(
     return write_batch
 
 
+def same_verdicts(new_df: DataFrame, held_df: DataFrame) -> bool:
+    """Whether two sets of quarantine rows are the same records with the same verdicts (as
+    multisets; when they were quarantined aside), so that a window whose verdicts did not
+    change is not written again."""
+    columns = [c for c in new_df.columns if c != "quarantined_at"]
+    # One aggregation: each distinct row's count in the new rows less its count in the held.
+    tagged_df = new_df.select(*columns, F.lit(1).alias("_n")).unionByName(
+        held_df.select(*columns, F.lit(-1).alias("_n"))
+    )
+    return tagged_df.groupBy(*columns).agg(F.sum("_n").alias("_n")).where("_n != 0").isEmpty()
+
+
 def rederive(
     ctx: JobContext, kind: SilverKind, window: tuple[datetime, datetime] | None
 ) -> dict[str, Any]:
     """Re-derive silver from all of bronze: for the keys with an event in ``window`` (their
     every event, so a winner outside the window still wins), or for every key.
 
-    Quarantine rows of the window (or all) are replaced by the current verdicts, and nothing
-    else changes. Run after the stream caught up, with bronze locked, so every bronze record
-    is in silver, in quarantine or dropped, exactly once. A record that breaks a ``fail``
-    expectation refuses the whole re-derivation before anything is written.
+    Quarantine rows of the window (or all) are replaced by the current verdicts (a window
+    whose verdicts are the same is left as it is), and nothing else changes. Run after the
+    stream caught up, with bronze locked, so every bronze record is in silver, in quarantine
+    or dropped, exactly once. A record that breaks a ``fail`` expectation refuses the whole
+    re-derivation before anything is written.
     """
     pipeline = ctx.pipeline
     assert pipeline.record is not None and pipeline.silver is not None
@@ -218,16 +231,22 @@ def rederive(
         faults.inject("silver.rederive.after_silver")
         invalid_df = marked_df if window is None else marked_df.where(in_window)
         quarantine_df = to_quarantine(invalid_df, pipeline)
+        location = ctx.path(pipeline.silver.quarantine)
         writer = quarantine_df.write.format("delta").mode("overwrite")
-        if window is not None:
+        if window is None:
+            stats["quarantine_rewritten"] = True
+        else:
             column = time_hint(record)
-            writer = writer.option(
-                "replaceWhere",
+            scope = (
                 f"{column} >= '{start.astimezone(UTC):%Y-%m-%d %H:%M:%S.%f}' AND "
-                f"{column} < '{end.astimezone(UTC):%Y-%m-%d %H:%M:%S.%f}'",
+                f"{column} < '{end.astimezone(UTC):%Y-%m-%d %H:%M:%S.%f}'"
             )
-        check_held()
-        writer.save(ctx.path(pipeline.silver.quarantine))
+            writer = writer.option("replaceWhere", scope)
+            held_df = ctx.spark.read.format("delta").load(location).where(scope)
+            stats["quarantine_rewritten"] = not same_verdicts(quarantine_df, held_df)
+        if stats["quarantine_rewritten"]:
+            check_held()
+            writer.save(location)
         stats["quarantine_rows"] = quarantine_df.count()
         stats["expectations"] = {r.name: counts[r.name] for r in pipeline.expectations}
     finally:
@@ -279,6 +298,7 @@ def body(ctx: JobContext) -> StreamResult:
         ensure_table(ctx.spark, ctx.settings, spec)
     app_id = checkpoint_query_id(ctx.spark, ctx.checkpoint)
     kind = kind_for(ctx, app_id)
+
     # Bronze is append-only: its own writes only add files (a Kafka replay too: an insert-only
     # MERGE). A commit that removes rows is a manual DELETE, UPDATE or RESTORE: silver keeps
     # what it derived from those rows instead of failing, and a replay that adds them back is
