@@ -249,7 +249,7 @@ def body(ctx: JobContext) -> StreamResult:
     version_before = table_version(ctx.spark, location)
     try:
         try:
-            result = run_stream(ctx, writer)
+            result = run_stream(ctx, lambda: writer)
         except Exception as exc:
             if not _is_spark_55271(exc):
                 raise
@@ -257,7 +257,7 @@ def body(ctx: JobContext) -> StreamResult:
                 "Spark's Kafka source failed after replaying the micro-batch an earlier run "
                 "left unfinished (SPARK-55271); the batch is committed, starting again"
             )
-            result = run_stream(ctx, writer)
+            result = run_stream(ctx, lambda: writer)
             details["restarted_after"] = "SPARK-55271"
     except Exception as exc:
         # Spark's failOnDataLoss failure, under the name the pre-flight check uses.

@@ -185,10 +185,12 @@ def body(ctx: JobContext) -> StreamResult:
         ensure_table(ctx.spark, ctx.settings, tables.table(item.table))
     ensure_table(ctx.spark, ctx.settings, ctx.pipeline.table(gold.table))
     app_id = checkpoint_query_id(ctx.spark, ctx.checkpoint)
-    writer = change_stream(ctx, gold).writeStream.foreachBatch(
-        ctx.guarded(make_batch_writer(ctx, gold, app_id))
+    result = run_stream(
+        ctx,
+        lambda: change_stream(ctx, gold).writeStream.foreachBatch(
+            ctx.guarded(make_batch_writer(ctx, gold, app_id))
+        ),
     )
-    result = run_stream(ctx, writer)
     details: dict[str, Any] = result.details
     details["keys_recomputed"] = ctx.counters.rows_out
     details["input_versions"] = input_versions(ctx, gold)

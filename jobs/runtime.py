@@ -405,10 +405,30 @@ def _offsets_text(source: Any, key: str) -> str | None:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
-def run_stream(ctx: JobContext, writer: DataStreamWriter) -> StreamResult:
-    """Run ``writer`` with ``availableNow`` to completion, logging each micro-batch."""
+def nothing_new(ctx: JobContext) -> str | None:
+    """Why a stream over Delta tables has nothing to read (None: it has, or it reads a raw
+    source), decided as a scheduled run's skip is (``lakehouse.pending``: the checkpoint's
+    last commit against the tables' logs), without starting a query."""
+    if not ctx.stream.sources:
+        return None
+    from lakehouse.pending import pending_input
+
+    pending = pending_input(ctx.settings, ctx.pipeline, ctx.stream.layer)
+    return pending.description if pending.nothing else None
+
+
+def run_stream(ctx: JobContext, make_writer: Callable[[], DataStreamWriter]) -> StreamResult:
+    """Run the writer ``make_writer`` gives with ``availableNow`` to completion, logging each
+    micro-batch. A stream over Delta tables with nothing new is not started at all (a
+    query's start and stop cost a second or more; its checkpoint would not move)."""
+    idle = nothing_new(ctx)
+    if idle is not None:
+        log.info("query %s not started: %s", ctx.query_name, idle)
+        check_held()
+        return StreamResult(query_id=checkpoint_query_id(ctx.spark, ctx.checkpoint))
     query = (
-        writer.option("checkpointLocation", ctx.checkpoint)
+        make_writer()
+        .option("checkpointLocation", ctx.checkpoint)
         .queryName(ctx.query_name)
         .trigger(availableNow=True)
         .start()

@@ -30,6 +30,7 @@ from typing import Any
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter
 
 from jobs import faults, storage
 from jobs.delta_writes import append_once
@@ -162,7 +163,7 @@ def make_batch_writer(
 
 def same_verdicts(new_df: DataFrame, held_df: DataFrame) -> bool:
     """Whether two sets of quarantine rows are the same records with the same verdicts (as
-    multisets; when they were quarantined aside), so that a window whose verdicts did not
+    multisets, whenever they were quarantined), so that a window whose verdicts did not
     change is not written again."""
     columns = [c for c in new_df.columns if c != "quarantined_at"]
     # One aggregation: each distinct row's count in the new rows less its count in the held.
@@ -303,12 +304,14 @@ def body(ctx: JobContext) -> StreamResult:
     # MERGE). A commit that removes rows is a manual DELETE, UPDATE or RESTORE: silver keeps
     # what it derived from those rows instead of failing, and a replay that adds them back is
     # not quarantined twice (see write_batch).
-    bronze_df = (
-        ctx.spark.readStream.format("delta")
-        .option("skipChangeCommits", "true")
-        .load(ctx.path(source.name))
-    )
-    writer = bronze_df.writeStream.foreachBatch(ctx.guarded(make_batch_writer(ctx, kind, app_id)))
+    def writer() -> DataStreamWriter:
+        bronze_df = (
+            ctx.spark.readStream.format("delta")
+            .option("skipChangeCommits", "true")
+            .load(ctx.path(source.name))
+        )
+        return bronze_df.writeStream.foreachBatch(ctx.guarded(make_batch_writer(ctx, kind, app_id)))
+
     # Every mode first catches the stream up: afterwards each bronze record is in silver, in
     # quarantine or dropped exactly once, and the checkpoint stays the only thing that moves it.
     result = run_stream(ctx, writer)
