@@ -234,9 +234,8 @@ def rederive(
         quarantine_df = to_quarantine(invalid_df, pipeline)
         location = ctx.path(pipeline.silver.quarantine)
         writer = quarantine_df.write.format("delta").mode("overwrite")
-        if window is None:
-            stats["quarantine_rewritten"] = True
-        else:
+        rewrite = True
+        if window is not None:
             column = time_hint(record)
             scope = (
                 f"{column} >= '{start.astimezone(UTC):%Y-%m-%d %H:%M:%S.%f}' AND "
@@ -244,10 +243,11 @@ def rederive(
             )
             writer = writer.option("replaceWhere", scope)
             held_df = ctx.spark.read.format("delta").load(location).where(scope)
-            stats["quarantine_rewritten"] = not same_verdicts(quarantine_df, held_df)
-        if stats["quarantine_rewritten"]:
+            rewrite = not same_verdicts(quarantine_df, held_df)
+        if rewrite:
             check_held()
             writer.save(location)
+        stats["quarantine_rewritten"] = rewrite
         stats["quarantine_rows"] = quarantine_df.count()
         stats["expectations"] = {r.name: counts[r.name] for r in pipeline.expectations}
     finally:
