@@ -9,9 +9,11 @@ A record is valid when it breaks no rule. Each broken rule is named ``<rule>:<fi
 record, ``invalid_utf8``, ``not_json``, ``duplicate_key`` or ``not_object``. ``reasons``
 lists them all in field order; ``reason`` is the first.
 
-The work is staged in projections (parse, extract each field once, check each field, combine)
-because Spark does not share a subexpression that sits inside a ``CASE WHEN`` branch: written
-as one projection, the parse would run once per rule that looks at the record.
+The work is staged in projections (parse, extract each field once, compute the parts a
+field's checks share, check each field, combine) because Spark does not share a subexpression
+that sits inside a ``CASE WHEN`` branch: written as one projection, the parse would run once
+per rule that looks at the record, and a timestamp's pattern and cast once per rule that
+reads them.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ _DIGITS = r"^[0-9]+\z"
 _INTEGER = r"^-?[0-9]+\z"
 # Wide enough for any value we keep, exact to 10 places before the final rounding.
 _WIDE_DECIMAL = "decimal(38,10)"
+# Years 1..9999 in UTC: 0001-01-01T00:00:00Z inclusive to 10000-01-01T00:00:00Z exclusive,
+# in microseconds since the epoch.
+_FIRST_MICROS, _END_MICROS = -62_135_596_800_000_000, 253_402_300_800_000_000
+# Kinds whose value is a number: the text of a field is read only when it is a JSON string.
+_NUMBER_KINDS = ("decimal", "count", "integer")
 
 VALID_COL = "is_valid"
 REASONS_COL = "reasons"
@@ -57,6 +64,10 @@ def _value(name: str) -> str:
 
 def _bad(name: str) -> str:
     return f"__bad_{name}"
+
+
+def _part(name: str, part: str) -> str:
+    return f"__part_{name}_{part}"
 
 
 def _is_decimal_type(kind_type: Column) -> Column:
@@ -128,87 +139,127 @@ def _is_json_integer(kind_type: Column, raw: Column, name: str) -> Column:
     )
 
 
-def _check(spec: FieldSpec, raw: Column) -> tuple[Column, Column]:
-    """(typed value, broken rule) of a present field; both read the extracted columns."""
+def _parts(spec: FieldSpec, raw: Column) -> dict[str, Column]:
+    """The parts of a present field that several of its rules read (its pattern, its cast),
+    computed once in their own projection: see the module's docstring."""
     name = spec.name
     sub, kind_type, text = F.col(_sub(name)), F.col(_type(name)), F.col(_text(name))
     is_string = kind_type == F.lit("STRING")
 
     if spec.kind in ("id", "text", "string"):
-        non_empty = spec.kind in ("id", "text")
         shaped = F.lit(True) if spec.pattern is None else text.rlike(f"^(?:{spec.pattern})\\z")
-        ok = is_string & (F.length(text) > 0) if non_empty else is_string
+        ok = is_string & (F.length(text) > 0) if spec.kind != "string" else is_string
         ok = ok & shaped
         if spec.kind == "id":
             ok = ok | _is_json_integer(kind_type, raw, name)
-        violation = F.when(ok, F.lit(None))
-        if non_empty:
-            violation = violation.when(is_string & (F.length(text) == 0), _rule("empty", name))
-        violation = violation.when(is_string, _rule("bad_format", name))
-        return F.when(ok, text), violation.otherwise(_rule("wrong_type", name))
-
+        return {"ok": ok}
     if spec.kind == "enum":
-        ok = is_string & text.isin(*spec.allowed)
-        violation = (
-            F.when(ok, F.lit(None))
-            .when(is_string, _rule("not_allowed", name))
-            .otherwise(_rule("wrong_type", name))
-        )
-        return F.when(ok, text), violation
-
+        return {"ok": is_string & text.isin(*spec.allowed)}
     if spec.kind == "timestamp":
-        # The pattern fixes the shape; the cast rejects impossible dates and times, and so
-        # does a time that falls outside years 1..9999 once moved to UTC.
-        shaped = is_string & text.rlike(_TS_WITH_ZONE)
-        cast = text.try_cast("timestamp")
-        parsed = F.when(shaped & F.year(cast).between(1, 9999), cast)
-        violation = (
-            F.when(~is_string, _rule("wrong_type", name))
-            .when(text.rlike(_TS_WITHOUT_ZONE), _rule("no_zone", name))
-            .when(~shaped, _rule("bad_format", name))
-            .when(parsed.isNull(), _rule("impossible_date", name))
-        )
-        return parsed, violation
-
+        # The pattern fixes the shape; the cast rejects impossible dates and times.
+        return {"shaped": is_string & text.rlike(_TS_WITH_ZONE), "cast": text.try_cast("timestamp")}
     if spec.kind == "decimal":
         is_number = _is_number_type(kind_type)
         is_notation = is_string & text.rlike(_DECIMAL_NOTATION)
         number = F.when(is_number, F.try_variant_get(sub, "$", _WIDE_DECIMAL)).when(
             is_notation, text.try_cast(_WIDE_DECIMAL)
         )
-        in_range = number.isNotNull()
-        if spec.minimum is not None:
-            in_range = in_range & (number >= F.lit(spec.minimum).cast(_WIDE_DECIMAL))
-        if spec.maximum is not None:
-            in_range = in_range & (number <= F.lit(spec.maximum).cast(_WIDE_DECIMAL))
-        violation = F.when(~(is_number | is_notation), _rule("wrong_type", name)).when(
-            ~in_range, _rule("out_of_range", name)
-        )
-        # Casting to the narrower scale rounds half up.
-        value = F.when(in_range, number.cast(f"decimal({spec.precision},{spec.scale})"))
-        return value, violation
-
+        return {"number": number, "typed": is_number | is_notation}
     if spec.kind == "integer":
         is_integer = _is_json_integer(kind_type, raw, name)
-        number = F.when(is_integer, F.try_variant_get(sub, "$", "bigint"))
-        violation = F.when(~is_integer, _rule("wrong_type", name)).when(
-            number.isNull(), _rule("out_of_range", name)
-        )
-        return number, violation
-
+        return {
+            "number": F.when(is_integer, F.try_variant_get(sub, "$", "bigint")),
+            "typed": is_integer,
+        }
     if spec.kind == "count":
         is_integer = _is_json_integer(kind_type, raw, name)
         is_digits = is_string & text.rlike(_DIGITS)
         number = F.when(kind_type == F.lit("BIGINT"), F.try_variant_get(sub, "$", "bigint")).when(
             is_digits, text.try_cast("bigint")
         )
-        in_range = number.isNotNull() & (number >= 0)
-        violation = F.when(~(is_integer | is_digits), _rule("wrong_type", name)).when(
+        return {"number": number, "typed": is_integer | is_digits}
+    raise ValueError(f"unknown field kind {spec.kind!r}")
+
+
+def _check(spec: FieldSpec) -> tuple[Column, Column]:
+    """(typed value, broken rule) of a present field, from its extracted columns and parts."""
+    name = spec.name
+    text, is_string = F.col(_text(name)), F.col(_type(name)) == F.lit("STRING")
+
+    def part(label: str) -> Column:
+        return F.col(_part(name, label))
+
+    if spec.kind in ("id", "text", "string"):
+        violation = F.when(part("ok"), F.lit(None))
+        if spec.kind != "string":
+            violation = violation.when(is_string & (F.length(text) == 0), _rule("empty", name))
+        violation = violation.when(is_string, _rule("bad_format", name))
+        return F.when(part("ok"), text), violation.otherwise(_rule("wrong_type", name))
+
+    if spec.kind == "enum":
+        violation = (
+            F.when(part("ok"), F.lit(None))
+            .when(is_string, _rule("not_allowed", name))
+            .otherwise(_rule("wrong_type", name))
+        )
+        return F.when(part("ok"), text), violation
+
+    if spec.kind == "timestamp":
+        # A time outside years 1..9999 once moved to UTC is impossible too.
+        cast = part("cast")
+        good = part("shaped") & (cast >= F.timestamp_micros(F.lit(_FIRST_MICROS)))
+        good = good & (cast < F.timestamp_micros(F.lit(_END_MICROS)))
+        violation = (
+            F.when(good, F.lit(None))
+            .when(~is_string, _rule("wrong_type", name))
+            .when(text.rlike(_TS_WITHOUT_ZONE), _rule("no_zone", name))
+            .when(~part("shaped"), _rule("bad_format", name))
+            .otherwise(_rule("impossible_date", name))
+        )
+        return F.when(good, cast), violation
+
+    number, typed = part("number"), part("typed")
+    if spec.kind == "decimal":
+        in_range = number.isNotNull()
+        if spec.minimum is not None:
+            in_range = in_range & (number >= F.lit(spec.minimum).cast(_WIDE_DECIMAL))
+        if spec.maximum is not None:
+            in_range = in_range & (number <= F.lit(spec.maximum).cast(_WIDE_DECIMAL))
+        violation = F.when(~typed, _rule("wrong_type", name)).when(
             ~in_range, _rule("out_of_range", name)
         )
-        return F.when(in_range, number), violation
+        # Casting to the narrower scale rounds half up.
+        value = F.when(in_range, number.cast(f"decimal({spec.precision},{spec.scale})"))
+        return value, violation
 
-    raise ValueError(f"unknown field kind {spec.kind!r}")
+    in_range = number.isNotNull() if spec.kind == "integer" else number.isNotNull() & (number >= 0)
+    violation = F.when(~typed, _rule("wrong_type", name)).when(
+        ~in_range, _rule("out_of_range", name)
+    )
+    return F.when(in_range, number), violation
+
+
+def _text_of(spec: FieldSpec) -> Column:
+    """A present field's value as text; for a number kind only when it is a JSON string (the
+    only case its rules read the text), so that numbers are not turned into strings."""
+    text = F.try_variant_get(F.col(_sub(spec.name)), "$", "string")
+    if spec.kind in _NUMBER_KINDS:
+        return F.when(F.col(_type(spec.name)) == F.lit("STRING"), text)
+    return text
+
+
+def _not_object(doc: Column) -> Column:
+    """The parsed record is not a JSON object: only an object casts to a struct (by field
+    name; the one asked for need not exist), which is cheaper than naming the record's type."""
+    return F.try_variant_get(doc, "$", "struct<`__object`: variant>").isNull()
+
+
+def _listed(violation: Column) -> Column:
+    """A broken rule as a list of zero or one: ``concat`` of these keeps the field order in
+    generated code, where ``array_compact`` (a lambda) would evaluate every rule interpreted."""
+    return F.when(violation.isNotNull(), F.array(violation)).otherwise(
+        F.array().cast("array<string>")
+    )
 
 
 def _holds(other: str, values: tuple[str, ...]) -> Column:
@@ -234,13 +285,12 @@ def with_validation(bronze_df: DataFrame, record: RecordSpec) -> DataFrame:
     df = df.select(
         "*", *[F.try_variant_get(F.col(_DOC), f"$.{n}", "variant").alias(_sub(n)) for n in names]
     )
-    df = df.select(
-        "*",
-        *[F.schema_of_variant(F.col(_sub(n))).alias(_type(n)) for n in names],
-        *[F.try_variant_get(F.col(_sub(n)), "$", "string").alias(_text(n)) for n in names],
-    )
-    # 3. Check each field.
-    checks = {spec.name: _check(spec, raw) for spec in record.fields}
+    df = df.select("*", *[F.schema_of_variant(F.col(_sub(n))).alias(_type(n)) for n in names])
+    df = df.select("*", *[_text_of(spec).alias(_text(spec.name)) for spec in record.fields])
+    # 3. Compute the parts the rules share, then check each field.
+    parts = {spec.name: _parts(spec, raw) for spec in record.fields}
+    df = df.select("*", *[c.alias(_part(n, label)) for n in names for label, c in parts[n].items()])
+    checks = {spec.name: _check(spec) for spec in record.fields}
     df = df.select(
         "*",
         *[checks[n][0].alias(_value(n)) for n in names],
@@ -251,7 +301,7 @@ def with_validation(bronze_df: DataFrame, record: RecordSpec) -> DataFrame:
         F.when(raw_bytes.isNotNull(), F.lit("invalid_utf8"))
         .when(F.col(_DOC).isNull() & _only_duplicate_keys(raw), F.lit("duplicate_key"))
         .when(F.col(_DOC).isNull(), F.lit("not_json"))
-        .when(~F.schema_of_variant(F.col(_DOC)).startswith("OBJECT"), F.lit("not_object"))
+        .when(_not_object(F.col(_DOC)), F.lit("not_object"))
     )
     violations = []
     for spec in record.fields:
@@ -268,7 +318,7 @@ def with_validation(bronze_df: DataFrame, record: RecordSpec) -> DataFrame:
             violation = F.when(~_holds(other, values), violation)
         violations.append(violation)
     reasons = F.when(record_violation.isNotNull(), F.array(record_violation)).otherwise(
-        F.array_compact(F.array(*violations))
+        F.concat(*[_listed(violation) for violation in violations])
     )
     df = df.withColumn(REASONS_COL, reasons)
     valid = F.size(F.col(REASONS_COL)) == 0
@@ -285,10 +335,7 @@ def with_validation(bronze_df: DataFrame, record: RecordSpec) -> DataFrame:
         F.col(REASONS_COL),
         F.get(F.col(REASONS_COL), 0).alias(REASON_COL),
         valid.alias(VALID_COL),
-        F.when(
-            F.col(_DOC).isNotNull(),
-            F.try_variant_get(F.col(_DOC), f"$.{record.event_id}", "string"),
-        ).alias("raw_event_id"),
+        F.when(F.col(_DOC).isNotNull(), F.col(_text(record.event_id))).alias("raw_event_id"),
     ).drop(*[c for c in temporary if c in bronze_df.columns])
 
 

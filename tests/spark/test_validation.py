@@ -73,6 +73,9 @@ VALID = {
     "optional strings": rec(currency="EUR", product_category="books"),
     "null optional string": rec(currency=None),
     "unknown fields": rec(coupon={"code": "X", "n": [1, 2]}),
+    "early and late years": rec(
+        order_ts="0001-01-03T00:00:00+01:00", event_ts="9999-12-29T22:59:59.999999-01:00"
+    ),
     "padded": b"  " + rec() + b" \t",
 }
 
@@ -130,6 +133,8 @@ INVALID = {
     "february 30": (rec(order_ts="2026-02-30T10:00:00Z"), "impossible_date:order_ts"),
     "hour 24": (rec(order_ts="2026-11-02T24:00:00Z"), "impossible_date:order_ts"),
     "offset 25h": (rec(event_ts="2026-11-02T10:00:00+25:00"), "impossible_date:event_ts"),
+    "year 10000 in UTC": (rec(event_ts="9999-12-31T23:30:00-01:00"), "impossible_date:event_ts"),
+    "year 0 in UTC": (rec(order_ts="0001-01-01T00:30:00+01:00"), "impossible_date:order_ts"),
     "empty region": (rec(region=""), "empty:region"),
     "numeric region": (rec(region=5), "wrong_type:region"),
     "missing region": (rec(region=DROP), "missing:region"),
