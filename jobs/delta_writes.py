@@ -16,6 +16,7 @@ from functools import reduce
 from operator import and_
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -140,27 +141,29 @@ def replace_scope(
     same_row = [F.col(f"n.{c}").eqNullSafe(F.col(f"o.{c}")) for c in columns]
     changed_df = new_df.alias("n").join(in_scope_df.alias("o"), reduce(and_, same_row), "left_anti")
     gone_df = in_scope_df.select(*row_key).join(new_df.select(*row_key), list(row_key), "left_anti")
+    # Computed once and kept in the block stores with its lineage cut, not cached: a cached
+    # plan reads the target, and after its commit the MERGE re-caches every cached plan that
+    # reads the target, planning it again against the new version (a whole reconstruction
+    # of the table's state, a second or more, for a cache nobody reads again). The blocks go
+    # when the DataFrame does.
     source_df = (
         changed_df.withColumn(PRESENT, F.lit(True))
         .unionByName(gone_df.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True)
-        .persist()
+        .localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
     )
-    try:
-        if source_df.isEmpty():
-            return False
-        merge = (
-            target.alias("t")
-            .merge(source_df.alias("s"), match_on(row_key))
-            .whenMatchedDelete(condition=f"NOT s.{PRESENT}")
-            .whenMatchedUpdate(set={c: f"s.{c}" for c in values})
-            .whenNotMatchedInsert(condition=f"s.{PRESENT}", values={c: f"s.{c}" for c in columns})
-        )
-        if app_id is None or batch_id is None:
-            check_held()
+    if source_df.isEmpty():
+        return False
+    merge = (
+        target.alias("t")
+        .merge(source_df.alias("s"), match_on(row_key))
+        .whenMatchedDelete(condition=f"NOT s.{PRESENT}")
+        .whenMatchedUpdate(set={c: f"s.{c}" for c in values})
+        .whenNotMatchedInsert(condition=f"s.{PRESENT}", values={c: f"s.{c}" for c in columns})
+    )
+    if app_id is None or batch_id is None:
+        check_held()
+        merge.execute()
+    else:
+        with dml_transaction(spark, app_id, batch_id):
             merge.execute()
-        else:
-            with dml_transaction(spark, app_id, batch_id):
-                merge.execute()
-        return True
-    finally:
-        source_df.unpersist()
+    return True
