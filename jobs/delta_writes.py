@@ -145,7 +145,8 @@ def replace_scope(
     # plan reads the target, and after its commit the MERGE re-caches every cached plan that
     # reads the target, planning it again against the new version (a whole reconstruction
     # of the table's state, a second or more, for a cache nobody reads again). The blocks go
-    # when the DataFrame does.
+    # when the DataFrame does; an executor lost before the MERGE fails the batch, and the
+    # run's retry does it again (the MERGE is idempotent).
     source_df = (
         changed_df.withColumn(PRESENT, F.lit(True))
         .unionByName(gone_df.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True)
