@@ -41,6 +41,14 @@ class TableState:
     txn_versions: dict[str, int]
     jsnapshot: Any  # the JVM Snapshot, for files()
 
+    def file_count(self) -> int:
+        """How many data files the snapshot has: from the version's checksum when it has one
+        (no Spark job), else from the snapshot's state."""
+        checksum = self.jsnapshot.checksumOpt()
+        if checksum.isDefined():
+            return int(checksum.get().numFiles())
+        return int(self.jsnapshot.numOfFiles())
+
     def files(self, spark: SparkSession) -> DataFrame:
         """The snapshot's data files: ``path``, ``size``, ``partitionValues``."""
         return DataFrame(self.jsnapshot.allFiles().toDF(), spark).select(
@@ -80,9 +88,24 @@ def table_state(spark: SparkSession, location: str) -> TableState:
         table_id=str(metadata.id()),
         version=int(snapshot.version()),
         properties={str(k): str(v) for k, v in to_java(metadata.configuration()).items()},
-        txn_versions={str(k): int(v) for k, v in to_java(snapshot.transactions()).items()},
+        txn_versions=_txn_versions(snapshot, to_java),
         jsnapshot=snapshot,
     )
+
+
+def _txn_versions(snapshot: Any, to_java: Any) -> dict[str, int]:
+    """The streaming writers' last transaction versions (``SetTransaction`` actions).
+
+    The version's checksum lists them (Delta computes it incrementally at each commit, by
+    default); only without one does the snapshot reconstruct its whole state to find them.
+    That costs a fresh driver a second or more of Spark jobs, wasted on a table the run then
+    does not write (a quarantine when every record is valid): a write reconstructs the state
+    it needs itself. Both give the same map: the checksum is the state's summary."""
+    checksum = snapshot.checksumOpt()
+    known = checksum.get().setTransactions() if checksum.isDefined() else None
+    if known is not None and known.isDefined():
+        return {str(t.appId()): int(t.version()) for t in to_java(known.get())}
+    return {str(k): int(v) for k, v in to_java(snapshot.transactions()).items()}
 
 
 @dataclass(frozen=True)

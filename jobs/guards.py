@@ -42,7 +42,7 @@ def check_checkpoint(
         if not is_delta_table(spark, location):
             continue
         state = table_state(spark, location)
-        has_rows = int(state.jsnapshot.numOfFiles()) > 0
+        has_rows = state.file_count() > 0
         if log.query_id is None:
             if has_rows:
                 raise CheckpointMissing(

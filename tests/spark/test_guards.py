@@ -85,3 +85,37 @@ def test_a_checkpoint_from_another_root_is_refused(
     assert lake.run("bronze") == 0
     err = refused(lake, "silver", capfd)
     assert "ERROR [CheckpointForeign] orders.silver" in err
+
+
+def test_the_guard_reads_from_the_checksum_what_the_state_holds(lake: Lake) -> None:
+    """The guard takes a table's file count and writers' transaction versions from the
+    version's Delta checksum (no Spark job); they are the state's, and without a checksum the
+    state itself answers."""
+    from jobs.delta_state import table_state
+
+    deliver_and_run(lake, OrderEventGenerator(seed=76), 20)
+    deliver_and_run(lake, OrderEventGenerator(seed=77), 20)
+    jvm = lake.spark.sparkContext._jvm
+    assert jvm is not None
+    to_java = jvm.scala.jdk.javaapi.CollectionConverters.asJava
+
+    def checked(table: str, with_checksum: bool) -> tuple[int, dict[str, int]]:
+        state = table_state(lake.spark, lake.settings.path(table))
+        snapshot = state.jsnapshot
+        assert snapshot.checksumOpt().isDefined() == with_checksum, table
+        from_state = (
+            int(snapshot.numOfFiles()),
+            {str(k): int(v) for k, v in to_java(snapshot.transactions()).items()},
+        )
+        assert (state.file_count(), state.txn_versions) == from_state, table
+        return from_state
+
+    for table in TABLES:
+        checked(table, with_checksum=True)
+    files, transactions = checked("silver/orders", with_checksum=True)
+    assert files > 0 and list(transactions.values()) == [1]  # one stream, batches 0 and 1
+
+    for crc in (lake.root / "silver" / "orders" / "_delta_log").glob("*.crc"):
+        crc.unlink()
+    jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+    assert checked("silver/orders", with_checksum=False) == (files, transactions)
