@@ -44,9 +44,9 @@ class TableState:
     def file_count(self) -> int:
         """How many data files the snapshot has: from the version's checksum when it has one
         (no Spark job), else from the snapshot's state."""
-        checksum = self.jsnapshot.checksumOpt()
-        if checksum.isDefined():
-            return int(checksum.get().numFiles())
+        checksum = _checksum(self.jsnapshot)
+        if checksum is not None:
+            return int(checksum.numFiles())
         return int(self.jsnapshot.numOfFiles())
 
     def files(self, spark: SparkSession) -> DataFrame:
@@ -101,11 +101,16 @@ def _txn_versions(snapshot: Any, to_java: Any) -> dict[str, int]:
     That costs a fresh driver a second or more of Spark jobs, wasted on a table the run then
     does not write (a quarantine when every record is valid): a write reconstructs the state
     it needs itself. Both give the same map: the checksum is the state's summary."""
-    checksum = snapshot.checksumOpt()
-    known = checksum.get().setTransactions() if checksum.isDefined() else None
-    if known is not None and known.isDefined():
-        return {str(t.appId()): int(t.version()) for t in to_java(known.get())}
+    checksum = _checksum(snapshot)
+    if checksum is not None and checksum.setTransactions().isDefined():
+        return {str(t.appId()): int(t.version()) for t in to_java(checksum.setTransactions().get())}
     return {str(k): int(v) for k, v in to_java(snapshot.transactions()).items()}
+
+
+def _checksum(snapshot: Any) -> Any | None:
+    """The version's Delta checksum (a JVM ``VersionChecksum``), or None if it has none."""
+    checksum = snapshot.checksumOpt()
+    return checksum.get() if checksum.isDefined() else None
 
 
 @dataclass(frozen=True)
