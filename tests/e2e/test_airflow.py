@@ -1,15 +1,13 @@
-"""End to end: Airflow runs the example pipelines with spark-submit, locally and on the
-standalone cluster; a new pipeline is one file; spark-submit drivers killed mid-batch recover
-exactly once; misconfiguration stops a run with a named error."""
+"""End to end: Airflow runs the example pipelines with spark-submit, locally and then on the
+standalone cluster; a new pipeline is one file; misconfiguration stops a run with a named
+error. (spark-submit drivers killed mid-batch: ``test_kill_matrix.py``.)"""
 
 from __future__ import annotations
 
-import os
 import random
 import re
-import signal
 import subprocess
-import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -62,15 +60,16 @@ def deliver(lake: Lake, lines: list[bytes], seed: int, pipeline: str = "orders")
     return split_records(content)
 
 
-def check_runs(lake: Lake, runs: int = 2, **env: str) -> None:
-    """``runs`` (1 or 2) runs of the three example pipelines through Airflow, customers, then
-    orders, then segment sales, with a delivery before each; both contracts after each."""
+def check_runs(lake: Lake, second_run_env: dict[str, str]) -> None:
+    """Two runs of the three example pipelines through Airflow, customers, then orders, then
+    segment sales, with a delivery before each; both contracts after each. The second runs
+    with ``second_run_env`` (another Spark master: the same checkpoints go on there)."""
     orders, customers = OrderEventGenerator(seed=31), CustomerEventGenerator(seed=31)
     delivered = deliver(lake, orders.batch(150), seed=1)
     delivered_c = deliver(lake, customers.initial_load() + customers.batch(100), 1, "customers")
-    dags_test(lake, "customers", **env)
-    first = dags_test(lake, "orders", **env)
-    dags_test(lake, "segment_sales", **env)
+    dags_test(lake, "customers")
+    first = dags_test(lake, "orders")
+    dags_test(lake, "segment_sales")
     expected = expected_tables(delivered)
     assert lake.contract_view() == comparable(expected)
     expected_c = expected_customers(delivered_c)
@@ -80,14 +79,12 @@ def check_runs(lake: Lake, runs: int = 2, **env: str) -> None:
     # Bronze reads lines (blank ones included) and writes records.
     assert first["bronze"][1] == len(delivered) <= first["bronze"][0]
     assert first["silver"] == (len(delivered), len(delivered) - n_quarantined, n_quarantined)
-    if runs == 1:
-        return
 
     new = deliver(lake, orders.batch(80) + orders.flush_late(), seed=2)
     delivered_c += deliver(lake, customers.batch(60) + customers.flush_late(), 2, "customers")
-    dags_test(lake, "customers", **env)
-    second = dags_test(lake, "orders", **env)
-    dags_test(lake, "segment_sales", **env)
+    dags_test(lake, "customers", **second_run_env)
+    second = dags_test(lake, "orders", **second_run_env)
+    dags_test(lake, "segment_sales", **second_run_env)
     assert second["bronze"][1] == len(new), "the second run reads only the new file"
     expected = expected_tables(delivered + new)
     assert lake.contract_view() == comparable(expected)
@@ -98,11 +95,17 @@ def check_runs(lake: Lake, runs: int = 2, **env: str) -> None:
 
 # Seven DAG runs, twelve spark-submits: about 13 minutes on a 2-core machine alone, more
 # beside other work; the suite's 15-minute guard against a hang is too close.
+@pytest.mark.cluster
 @pytest.mark.timeout(1800)
-def test_airflow_runs_the_pipelines_on_local_spark(lake: Lake) -> None:
-    check_runs(lake, 2)
-    masters = {row[0] for row in lake.rows("ops/run_log", ["spark_master"]) if row[0]}
-    assert masters == {"local[*]"}
+def test_airflow_runs_the_pipelines_locally_then_on_the_standalone_cluster(
+    lake: Lake, spark_cluster: str
+) -> None:
+    """A lake outgrows one machine: the first runs on local Spark, the next on the standalone
+    cluster, from the checkpoints the local runs left; then an idle run starts no JVM."""
+    check_runs(lake, {"LAKEHOUSE_SPARK_MASTER": spark_cluster})
+    # Each layer ran once on each master (skipped runs name none).
+    masters = Counter(row[0] for row in lake.rows("ops/run_log", ["spark_master"]) if row[0])
+    assert masters == {"local[*]": 6, spark_cluster: 6}, masters
 
     # Nothing new: every layer is skipped without a JVM, and says so in the run log.
     before = lake.snapshot()
@@ -117,16 +120,6 @@ def test_airflow_runs_the_pipelines_on_local_spark(lake: Lake) -> None:
     assert sorted(r[0] for r in skipped) == ["bronze", "gold", "silver"]
     assert all("nothing new" in r[2] for r in skipped)
     assert lake.snapshot() == before
-
-
-@pytest.mark.cluster
-def test_airflow_runs_the_pipelines_on_the_standalone_cluster(
-    lake: Lake, spark_cluster: str
-) -> None:
-    # One run: the second run's incremental read is the same code, checked on local Spark.
-    check_runs(lake, 1, LAKEHOUSE_SPARK_MASTER=spark_cluster)
-    masters = {row[0] for row in lake.rows("ops/run_log", ["spark_master"])}
-    assert masters == {spark_cluster}
 
 
 def test_a_new_pipeline_is_one_file(lake: Lake, tmp_path: Path) -> None:
@@ -150,35 +143,6 @@ def test_a_new_pipeline_is_one_file(lake: Lake, tmp_path: Path) -> None:
         ("/cart", 1),
         ("/home", 1),
     ]
-
-
-def finish(process: subprocess.Popen[str]) -> tuple[int, str]:
-    output, _ = process.communicate(timeout=600)
-    return process.returncode, output
-
-
-def test_drivers_killed_mid_batch_recover_exactly_once(lake: Lake) -> None:
-    generator = OrderEventGenerator(seed=32)
-    delivered = deliver(lake, generator.batch(120), seed=1)
-    lake.run_all()  # the first load in-process: only the killed runs need a process of their own
-    delivered += deliver(lake, generator.batch(300) + generator.flush_late(), seed=2)
-
-    # Bronze killed at a random moment while its query runs (seeded, so it is repeatable).
-    delay = random.Random(7).uniform(0.5, 4.0)
-    process = lake.submit("orders", "bronze")
-    lake.read_until(process, "query orders_bronze started")
-    time.sleep(delay)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=60)
-    assert finish(lake.submit("orders", "bronze"))[0] == 0
-
-    # Silver and gold die right after their Delta commits, before Spark records the batch.
-    for layer, point in (("silver", "silver.after_merge"), ("gold", "gold.after_merge")):
-        code, output = finish(lake.submit("orders", layer, fault=f"{point}:kill"))
-        assert code == -signal.SIGKILL, output[-3000:]
-        code, output = finish(lake.submit("orders", layer))
-        assert code == 0, output[-3000:]
-    assert lake.contract_view() == comparable(expected_tables(delivered))
 
 
 def test_misconfiguration_stops_with_a_named_error(lake: Lake, tmp_path: Path) -> None:
