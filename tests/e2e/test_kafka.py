@@ -1,6 +1,7 @@
 """Kafka as the source, against the real local broker (started by the ``kafka_broker``
 fixture): the contract over runs and a killed run, offsets that aged out, partitions and
-topics that appear, two topics, a missing topic, a dead broker, SASL credentials.
+topics that appear, two topics, a missing topic, a dead broker, SASL credentials, and
+Airflow reading the broker over SASL onto an ``s3a://`` root with only its connections.
 
 Every test uses topics of its own, named with a random suffix, so tests never see each
 other's records and can run against a broker that has been up for a long time.
@@ -19,6 +20,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,9 +31,11 @@ from lakehouse.kafka import brokers
 from lakehouse.kafka.access import ACCESS_FILE_ENV, KafkaAccess
 from lakehouse.local import kafka_dev
 from lakehouse.local.env import subprocess_env
-from lakehouse.local.services import KafkaPorts
+from lakehouse.local.services import KafkaPorts, S3Server
+from lakehouse.s3 import split_uri
 from lakehouse.sample_data import OrderEventGenerator
 from lakehouse.settings import Settings
+from tests.e2e.processes import descendants, processes
 from tests.lake import Lake
 from tests.oracle import comparable, expected_tables
 
@@ -384,21 +388,6 @@ def test_sasl_credentials_from_the_access_file_work_and_stay_hidden(
     assert leaks == dict.fromkeys(leaks, False)
 
 
-def _processes() -> dict[int, tuple[str, bytes]]:
-    """Every process's command line (as ``ps`` shows it) and, when readable, environment."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue  # gone meanwhile
-        found[int(entry.name)] = (cmdline, environ)
-    return found
-
-
 def airflow_dags_test(
     settings: Settings,
     root: str,
@@ -439,57 +428,78 @@ def airflow_dags_test(
 
 @pytest.mark.slow
 @pytest.mark.airflow
-def test_airflow_reads_kafka_over_sasl_and_the_password_shows_nowhere(
-    kafka_lake: KafkaLake, tmp_path: Path
+@pytest.mark.parametrize("lake", ["s3"], indirect=True)
+def test_airflow_on_s3_reads_kafka_over_sasl_and_no_secret_shows_anywhere(
+    kafka_lake: KafkaLake, s3_server: S3Server, tmp_path: Path
 ) -> None:
-    """The whole DAG through Airflow and spark-submit, with the lakehouse_kafka connection
-    (from a secrets backend) logging in to the broker's SASL listener. The password is a
-    canary: it must not appear in the task logs, the rendered fields or XCom (Airflow's
-    database), the command line or environment of any process during the run, the run log
-    or any file of the lake, and the access file must be gone afterwards. A second canary, a
-    secret Spark setting in LAKEHOUSE_SPARK_CONF (where a deployment puts an s3a key), must not
-    appear in those places either, nor in the command line of any process or the environment
-    of the job's processes (the worker's own environment is where the setting lives)."""
+    """The whole DAG through Airflow and spark-submit as a deployment runs it: the root on
+    ``s3a://`` and bronze reading Kafka over SASL, with nothing but the ``lakehouse_s3`` and
+    ``lakehouse_kafka`` connections' credentials (from a secrets backend; no ``AWS_*`` and no
+    broker address in any environment). The tables hold the contract. Three canaries, the S3
+    secret key, the Kafka password and a secret Spark setting in LAKEHOUSE_SPARK_CONF (where a
+    deployment puts an s3a key of its own), must not appear in the task logs, the rendered
+    fields or XCom (Airflow's database), the command line or environment of any process
+    Airflow starts (the Spark setting: in the environment of the job's processes; the worker's
+    own environment is where it lives), the run log or any object of the lake, and the access
+    and properties files must be gone afterwards."""
     from lakehouse.local import services
     from lakehouse.local.env import airflow_home
 
     lake = kafka_lake.lake
     settings = Settings.from_env()
-    canary = services.kafka_plain_password(settings)
+    s3 = s3_server.config()
+    kafka_password = services.kafka_plain_password(settings)
     kafka_lake.create(partitions=2)
     records = OrderEventGenerator(seed=43).batch(60)
     kafka_lake.produce(keyed(records))
 
     spark_canary = f"spark-canary-{secrets.token_hex(12)}"
-    spark_conf = {"spark.hadoop.fs.s3a.secret.key": spark_canary, "spark.executor.memory": "1g"}
+    # An s3a key for another bucket: a secret setting that does not change this lake's access.
+    spark_conf = {
+        "spark.hadoop.fs.s3a.bucket.another-bucket.secret.key": spark_canary,
+        "spark.executor.memory": "1g",
+    }
     connections: dict[str, dict[str, object]] = {
         "lakehouse_kafka": {
             "conn_type": "generic",
             "host": kafka_lake.ports.sasl_bootstrap,
             "login": services.KAFKA_PLAIN_USER,
-            "password": canary,
+            "password": kafka_password,
             "extra": {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN"},
-        }
+        },
+        "lakehouse_s3": {
+            "conn_type": "aws",
+            "login": s3.access_key_id,
+            "password": s3.secret_access_key,
+            "extra": {"endpoint_url": s3.endpoint, "region_name": s3.region},
+        },
     }
+    canaries = (kafka_password, s3.secret_access_key, spark_canary)
     process, task_tmp = airflow_dags_test(
         settings,
-        str(lake.root),
+        lake.settings.root,
         tmp_path,
         connections,
-        drop=("LAKEHOUSE_KAFKA_BOOTSTRAP",),  # the connection names the brokers
+        # The connections are the only way in: they name the brokers and the S3 endpoint.
+        drop=("AWS_", "LAKEHOUSE_S3_PORT", "LAKEHOUSE_KAFKA_BOOTSTRAP"),
         LAKEHOUSE_SPARK_CONF=json.dumps(spark_conf),
     )
     exposed: list[str] = []
     bronze_submits: set[int] = set()
 
     def watch() -> None:
+        # Airflow and everything it starts (not the S3 server or the broker, which know
+        # their own secrets).
         while process.poll() is None:
-            for pid, (cmdline, environ) in _processes().items():
-                if canary in cmdline or canary.encode() in environ:
-                    exposed.append(cmdline[:300])
+            family = descendants(process.pid)
+            for pid, (cmdline, environ) in processes().items():
+                if pid not in family:
+                    continue
                 job = "SparkSubmit" in cmdline or "jobs/" in cmdline
-                if spark_canary in cmdline or (job and spark_canary.encode() in environ):
-                    exposed.append(f"Spark setting: {cmdline[:300]}")
+                for canary in canaries:
+                    in_environ = canary.encode() in environ and (job or canary != spark_canary)
+                    if canary in cmdline or in_environ:
+                        exposed.append(f"{canaries.index(canary)}: {cmdline[:300]}")
                 if "jobs/bronze.py" in cmdline and "SparkSubmit" in cmdline:
                     bronze_submits.add(pid)
             time.sleep(0.2)
@@ -501,59 +511,58 @@ def test_airflow_reads_kafka_over_sasl_and_the_password_shows_nowhere(
     assert process.returncode == 0 and "state=success" in output, output[-6000:]
     assert lake.contract_view() == comparable(expected_tables(records))
 
-    # The run went through the SASL listener with the connection's login...
+    # The run went through the SASL listener and to S3 with the connections' logins...
     assert f"Kafka: {kafka_lake.ports.sasl_bootstrap} over SASL_PLAINTEXT as lakehouse (PLAIN)" in (
         output
     )
+    assert f"S3: {s3.endpoint} as {s3.access_key_id} (connection lakehouse_s3)" in output
     assert bronze_submits, "the process watcher never saw the bronze spark-submit"
-    # ...and its password is nowhere to be seen.
+    # ...and their secrets are nowhere to be seen.
     database = b"".join(
         p.read_bytes() for p in airflow_home(settings).glob("airflow.db*") if p.is_file()
     )
+    client = s3_server.client()
+    lake_prefix = split_uri(lake.settings.root)[1]
+    lake_objects = [client.get(key) or b"" for key in client.list(f"{lake_prefix}/")]
+
+    def holds_a_secret(blobs: Iterable[bytes]) -> bool:
+        return any(c.encode() in blob for blob in blobs for c in canaries)
+
     leaks = {
-        "task output": canary in output or spark_canary in output,
-        "task log files": any(
-            secret in p.read_bytes()
-            for p in (tmp_path / "logs").rglob("*")
-            if p.is_file()
-            for secret in (canary.encode(), spark_canary.encode())
+        "task output": holds_a_secret([output.encode()]),
+        "task log files": holds_a_secret(
+            p.read_bytes() for p in (tmp_path / "logs").rglob("*") if p.is_file()
         ),
-        "Airflow database (XCom, rendered fields)": canary.encode() in database
-        or spark_canary.encode() in database,
+        "Airflow database (XCom, rendered fields)": holds_a_secret([database]),
         "process command lines or environments": bool(exposed),
-        "run log": canary in repr(lake.rows("ops/run_log"))
-        or spark_canary in repr(lake.rows("ops/run_log")),
-        "lake files": any(
-            secret in p.read_bytes()
-            for p in lake.root.rglob("*")
-            if p.is_file()
-            for secret in (canary.encode(), spark_canary.encode())
-        ),
-        "the access file, left behind": any(task_tmp.rglob("kafka-access.json")),
+        "run log": holds_a_secret([repr(lake.rows("ops/run_log")).encode()]),
+        "lake objects": holds_a_secret(lake_objects),
+        "the access files, left behind": any(task_tmp.rglob("*-access.json")),
         "the Spark properties file, left behind": any(task_tmp.rglob("spark.properties")),
-        "temporary files": any(
-            secret in p.read_bytes()
-            for p in task_tmp.rglob("*")
-            if p.is_file()
-            for secret in (canary.encode(), spark_canary.encode())
+        "temporary files": holds_a_secret(
+            p.read_bytes() for p in task_tmp.rglob("*") if p.is_file()
         ),
     }
     assert leaks == dict.fromkeys(leaks, False)
-    # The places searched are the right ones: they hold this run's summary and fields.
+    assert len(lake_objects) > 20, "the lake's objects were searched"
+    # The places searched are the right ones: they hold this run's summaries and fields.
     run_id = re.search(r"run_id=(manual__[^,\s]+)", output)
     assert run_id is not None
     with sqlite3.connect(airflow_home(settings) / "airflow.db") as db:
-        summary = db.execute(
-            "SELECT value FROM xcom WHERE dag_id = 'orders_pipeline' AND task_id = 'bronze' "
-            "AND run_id = ?",
-            (run_id.group(1),),
-        ).fetchone()
+        summaries = dict(
+            db.execute(
+                "SELECT task_id, value FROM xcom WHERE dag_id = 'orders_pipeline' "
+                "AND key = 'return_value' AND run_id = ?",
+                (run_id.group(1),),
+            ).fetchall()
+        )
         fields = db.execute(
             "SELECT rendered_fields FROM rendered_task_instance_fields WHERE task_id = 'bronze' "
             "AND run_id = ?",
             (run_id.group(1),),
         ).fetchone()
-    assert json.loads(summary[0])["rows_out"] == len(records)
+    assert json.loads(summaries["bronze"])["rows_out"] == len(records)
+    assert json.loads(summaries["silver"])["status"] == "succeeded"
     assert fields is not None
 
 

@@ -1,37 +1,29 @@
 """The lakehouse on the local S3 server, as a deployment runs it: spark-submit drivers that
-share nothing but the bucket, and Airflow with the ``lakehouse_s3`` connection.
+share nothing but the bucket. Two drivers of one layer started at once: one runs, the other
+waits and stops with ``ConcurrentRun``; a driver paused (SIGSTOP) past its lease is replaced
+by its retry and, woken up, stops with ``LeaseLost`` without committing: the contract holds
+exactly.
 
-* Two drivers of one layer started at once: one runs, the other waits and stops with
-  ``ConcurrentRun``; a driver paused (SIGSTOP) past its lease is replaced by its retry and,
-  woken up, stops with ``LeaseLost`` without committing: the contract holds exactly.
-* Airflow runs a pipeline on an ``s3a://`` root with nothing but the connection's
-  credentials: the secret shows in no log, command line, process environment or XCom.
-
-The contract tests themselves run on both roots in ``tests/spark`` (``lake`` with the param
-"s3") and in ``tests/e2e/test_kafka.py``; the lease's own process tests are in
-``tests/e2e/test_leases.py``.
+Airflow on an ``s3a://`` root with nothing but the ``lakehouse_s3`` connection's credentials
+(and Kafka's over SASL) is in ``tests/e2e/test_kafka.py``. The contract tests themselves run
+on both roots in ``tests/spark`` (``lake`` with the param "s3") and in
+``tests/e2e/test_kafka.py``; the lease's own process tests are in ``tests/e2e/test_leases.py``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
-import sqlite3
 import subprocess
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from lakehouse.local.report import render
-from lakehouse.local.services import S3Server
 from lakehouse.sample_data import OrderEventGenerator, render_file
-from lakehouse.settings import Settings
-from tests.e2e.test_kafka import _processes, airflow_dags_test
 from tests.lake import Lake
 from tests.oracle import comparable, expected_tables, split_records
 
@@ -142,100 +134,3 @@ def test_two_drivers_of_a_layer_on_s3_one_writes_and_a_paused_one_is_fenced(lake
     report = render(lake.settings)
     assert f"Lakehouse at {lake.settings.root}" in report
     assert f"silver/orders                    {len(expected_tables(delivered).silver):,}" in report
-
-
-def _descendants(root: int) -> set[int]:
-    """``root`` and every process below it (from the parent pids in ``/proc``)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    found, pending = set(), [root]
-    while pending:
-        pid = pending.pop()
-        found.add(pid)
-        pending += children.get(pid, [])
-    return found
-
-
-@pytest.mark.airflow
-@pytest.mark.parametrize("lake", ["s3"], indirect=True)
-def test_airflow_on_s3_with_the_connection_and_the_secret_shows_nowhere(
-    lake: Lake, s3_server: S3Server, tmp_path: Path
-) -> None:
-    """``airflow dags test orders_pipeline`` on an ``s3a://`` root whose only credentials are
-    the ``lakehouse_s3`` connection's (no ``AWS_*`` in any environment): the tables hold the
-    contract, and the secret key is in no task log, XCom or rendered field, no process's
-    command line or environment, and no file left behind."""
-    from lakehouse.local.env import airflow_home
-
-    config = s3_server.config()
-    canary = config.secret_access_key
-    records = OrderEventGenerator(seed=72).batch(60)
-    content = render_file(records)
-    lake.land(content)
-    connections: dict[str, dict[str, object]] = {
-        "lakehouse_s3": {
-            "conn_type": "aws",
-            "login": config.access_key_id,
-            "password": canary,
-            "extra": {"endpoint_url": config.endpoint, "region_name": config.region},
-        }
-    }
-    settings = Settings.from_env()
-    # The connection is the only way in: no AWS_* variable reaches Airflow.
-    process, task_tmp = airflow_dags_test(
-        settings, lake.settings.root, tmp_path, connections, drop=("AWS_", "LAKEHOUSE_S3_PORT")
-    )
-    exposed: list[str] = []
-    submits: set[int] = set()
-
-    def watch() -> None:
-        # Airflow and everything it starts (not the S3 server, which knows its own secret).
-        while process.poll() is None:
-            family = _descendants(process.pid)
-            for pid, (cmdline, environ) in _processes().items():
-                if pid not in family:
-                    continue
-                if canary in cmdline or canary.encode() in environ:
-                    exposed.append(cmdline[:300])
-                if "SparkSubmit" in cmdline and "jobs/" in cmdline:
-                    submits.add(pid)
-            time.sleep(0.2)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    output, _ = process.communicate(timeout=1500)
-    watcher.join(timeout=10)
-    assert process.returncode == 0 and "state=success" in output, output[-6000:]
-    assert lake.contract_view() == comparable(expected_tables(split_records(content)))
-    assert f"S3: {config.endpoint} as {config.access_key_id} (connection lakehouse_s3)" in output
-    assert submits, "the process watcher never saw a spark-submit"
-
-    database = b"".join(
-        p.read_bytes() for p in airflow_home(settings).glob("airflow.db*") if p.is_file()
-    )
-    leaks = {
-        "task output": canary in output,
-        "task log files": any(
-            canary.encode() in p.read_bytes() for p in (tmp_path / "logs").rglob("*") if p.is_file()
-        ),
-        "Airflow database (XCom, rendered fields)": canary.encode() in database,
-        "process command lines or environments": bool(exposed),
-        "run log": canary in repr(lake.rows("ops/run_log")),
-        "the access file, left behind": any(task_tmp.rglob("s3-access.json")),
-    }
-    assert leaks == dict.fromkeys(leaks, False)
-    run_id = re.search(r"run_id=(manual__[^,\s]+)", output)
-    assert run_id is not None
-    with sqlite3.connect(airflow_home(settings) / "airflow.db") as db:
-        summary = db.execute(
-            "SELECT value FROM xcom WHERE dag_id = 'orders_pipeline' AND task_id = 'silver' "
-            "AND run_id = ?",
-            (run_id.group(1),),
-        ).fetchone()
-    assert json.loads(summary[0])["status"] == "succeeded"
