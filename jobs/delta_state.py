@@ -102,8 +102,9 @@ def _txn_versions(snapshot: Any, to_java: Any) -> dict[str, int]:
     does not write (a quarantine when every record is valid): a write reconstructs the state
     it needs itself. Both give the same map: the checksum is the state's summary."""
     checksum = _checksum(snapshot)
-    if checksum is not None and checksum.setTransactions().isDefined():
-        return {str(t.appId()): int(t.version()) for t in to_java(checksum.setTransactions().get())}
+    known = checksum.setTransactions() if checksum is not None else None
+    if known is not None and known.isDefined():
+        return {str(t.appId()): int(t.version()) for t in to_java(known.get())}
     return {str(k): int(v) for k, v in to_java(snapshot.transactions()).items()}
 
 

@@ -496,10 +496,10 @@ def test_airflow_on_s3_reads_kafka_over_sasl_and_no_secret_shows_anywhere(
                 if pid not in family:
                     continue
                 job = "SparkSubmit" in cmdline or "jobs/" in cmdline
-                for canary in canaries:
+                for index, canary in enumerate(canaries):
                     in_environ = canary.encode() in environ and (job or canary != spark_canary)
                     if canary in cmdline or in_environ:
-                        exposed.append(f"{canaries.index(canary)}: {cmdline[:300]}")
+                        exposed.append(f"{index}: {cmdline[:300]}")
                 if "jobs/bronze.py" in cmdline and "SparkSubmit" in cmdline:
                     bronze_submits.add(pid)
             time.sleep(0.2)
