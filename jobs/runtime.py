@@ -562,6 +562,8 @@ def run_layer(
         record.source_start, record.source_end = result.source_start, result.source_end
         record.details = {"stream_s": round(time.monotonic() - t0, 3), **result.details}
         record.details["leases"] = locks.describe()
+        # Which Spark application ran it (one per pipeline run when the tasks share a driver).
+        record.details["spark_app"] = spark.sparkContext.applicationId
         # What the run left its tables at (the asset events of the Airflow task carry it).
         record.details["table_versions"] = {
             table: table_version(spark, ctx.path(table)) for table in stream.targets

@@ -184,6 +184,16 @@ class LeaseLost(ConcurrentRun):
     )
 
 
+class DriverLost(LakehouseError):
+    """The pipeline run's shared Spark driver (``jobs/driver.py``) went away during a job."""
+
+    retryable = True
+    hint = (
+        "The driver was killed or its JVM died (its output is above). What the job had "
+        "committed stays; the task's retry starts a new driver and resumes from the checkpoint."
+    )
+
+
 class KafkaTopicNotFound(LakehouseError):
     hint = (
         "Create the topic, or fix the pipeline's topics (LAKEHOUSE_<PIPELINE>_KAFKA_TOPICS, or "

@@ -186,6 +186,10 @@ class Settings(_EnvModel):
     """Kafka records per micro-batch"""
     driver_memory: str = "2g"
     """spark-submit driver memory"""
+    run_driver_idle_s: int = Field(60, ge=0, le=3600)
+    """the layer tasks of a pipeline run share one warm Spark driver, started by the first
+    and stopped after the last; it also stops when no task asked it for this long. ``0``:
+    every layer task starts its own ``spark-submit``"""
     lock_wait_s: int = Field(60, ge=0, le=86_400)
     """how long a job waits for another writer of its tables before ``ConcurrentRun``"""
     lock_lease_s: int = Field(30, ge=3, le=3600)

@@ -36,6 +36,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,8 @@ from lakehouse.jvm import quick_jit, with_quick_jit
 from lakehouse.kafka.access import ACCESS_FILE_ENV, KafkaAccess
 from lakehouse.params import Action, MaintenanceParams, RestoreParams, RunParams
 from lakehouse.registry import get_pipeline, registry
+from lakehouse.run_driver import RunDriver, fingerprint
+from lakehouse.run_driver import start as start_driver
 from lakehouse.secrets import mask_all, secret_values
 from lakehouse.settings import Settings, SourceKind
 from lakehouse.submit import LOCAL_MASTER, SubmitSpec, job_submit_spec
@@ -57,6 +60,8 @@ from lakehouse_airflow.run_params import effective_params
 from lakehouse_airflow.s3_access import S3_CONN_ID, s3_access, s3_job_env
 
 if TYPE_CHECKING:
+    import subprocess
+
     from airflow.sdk import Context
 
     from lakehouse.s3 import S3Config
@@ -163,12 +168,17 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
     def summary_line(self, summary: dict[str, Any]) -> str:
         return f"{self.what}: {summary.get('status')} in {summary.get('duration_s') or 0.0:.1f}s"
 
-    def _get_hook(self) -> SparkSubmitHook:
-        settings = self._settings or Settings.from_env()
+    def _submit_env(self) -> dict[str, str]:
+        """What spark-submit gets on top of the task's environment."""
         env_vars = dict(self.env_vars or {})
         if shutil.which("spark-submit") is None:
             # Not on PATH (e.g. a worker started outside `make env`): use pyspark's own.
             env_vars["PATH"] = f"{_pyspark_bin()}{os.pathsep}{os.environ.get('PATH', '')}"
+        return env_vars
+
+    def _get_hook(self) -> SparkSubmitHook:
+        settings = self._settings or Settings.from_env()
+        env_vars = self._submit_env()
         return LakehouseSparkSubmitHook(
             master=settings.spark_master,
             conf=self.conf,
@@ -236,7 +246,7 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
                 raise _failure(exc) from None
             self.log.info("running %s on %s", self.what, master)
             try:
-                super().execute(context)
+                self.run_job(context, spec, master)
             except AirflowException:
                 summary = self._read_summary(summary_file)
                 if summary and summary.get("error"):
@@ -251,6 +261,10 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
         self.log.info("%s", self.summary_line(summary))
         self.annotate_outlets(context, summary)
         return summary
+
+    def run_job(self, context: Context, spec: SubmitSpec, master: str) -> None:
+        """Run the job as ``spec`` says; a failure raises ``AirflowException``."""
+        super().execute(context)
 
     def annotate_outlets(self, context: Context, summary: dict[str, Any]) -> None:
         """Put what the job wrote on the asset events of this task's outlets."""
@@ -295,12 +309,89 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
         self.kafka_conn_id = kafka_conn_id
         self._params = RunParams()
         self._run_id = ""
+        # The run's shared driver (lakehouse.run_driver), once this task has used it.
+        self._driver: RunDriver | None = None
+        self._last_layer = False
+
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
+        try:
+            return super().execute(context)
+        except AirflowSkipException:
+            if self._last_layer:  # nothing left for the run's driver to do
+                _run_driver(context, "").stop()
+            raise
+
+    def run_job(self, context: Context, spec: SubmitSpec, master: str) -> None:
+        """Run the layer in the run's warm driver (started by the run's first layer task),
+        or with a spark-submit of its own where a driver cannot serve: a master in cluster
+        deploy mode or on YARN or Kubernetes, ``LAKEHOUSE_RUN_DRIVER_IDLE_S=0``, or a
+        driver started with other Spark settings."""
+        assert self._settings is not None and self._hook is not None
+        deploy_mode = self._hook._connection.get("deploy_mode")
+        local_driver = master.startswith(("local", "spark://")) and deploy_mode != "cluster"
+        if not local_driver or self._settings.run_driver_idle_s == 0:
+            return super().run_job(context, spec, master)
+        # What the driver runs with: a task that would submit with other settings (another
+        # master, other jars or code, other S3 credentials) must not use it.
+        s3 = self._s3.hadoop_credentials() if self._s3 else None
+        driver = _run_driver(
+            context,
+            fingerprint(
+                [
+                    master,
+                    spec.conf,
+                    spec.jars,
+                    spec.py_files,
+                    spec.driver_memory,
+                    spec.properties,
+                    s3,
+                ]
+            ),
+        )
+        self._driver = driver
+        try:
+            code = driver.run(
+                self.job,
+                spec.args,
+                self.env_vars or {},
+                last=self._last_layer,
+                start=lambda log_file: self._start_driver(spec, master, driver, log_file),
+                out=lambda line: self.log.info("%s", line),
+            )
+        except errors.LakehouseError as exc:
+            raise _failure(exc) from None
+        if code is None:
+            self.log.info("the run's driver runs other Spark settings: submitting %s", self.what)
+            return super().run_job(context, spec, master)
+        if code != 0:
+            raise AirflowException(f"{self.what} exited with code {code}")
+
+    def _start_driver(
+        self, spec: SubmitSpec, master: str, driver: RunDriver, log_file: Path
+    ) -> subprocess.Popen[bytes]:
+        """spark-submit the run's driver with this task's settings (and its choice of the
+        quick compiler)."""
+        assert self._settings is not None
+        properties = Path(self._properties_file) if self._properties_file else None
+        driver_spec = driver.submit_spec(
+            replace(spec, conf=dict(self.conf or {})), self._settings, self.pipeline
+        )
+        argv = driver_spec.argv(master, properties_file=properties)
+        self.log.info("Spark-Submit cmd (the run's driver): %s", " ".join(argv))
+        return start_driver(argv, {**os.environ, **self._submit_env()}, log_file)
+
+    def on_kill(self) -> None:
+        if self._driver is not None:
+            self._driver.kill()
+        super().on_kill()
 
     def params_args(self, context: Context, settings: Settings) -> list[str]:
         params = self._params = effective_params(context, get_pipeline(self.pipeline))
         self._run_id = str(context["run_id"])
         if self.layer not in params.layers:
             raise AirflowSkipException(f"{self.layer} is not among this run's layers")
+        mine = get_pipeline(self.pipeline).layers
+        self._last_layer = self.layer == [layer for layer in params.layers if layer in mine][-1]
         if params.dry_run:
             raise AirflowSkipException("dry run: the plan task says what this layer would do")
         if params.accept_data_loss and self.layer == "bronze":
@@ -489,6 +580,11 @@ class MaintenanceJobOperator(LakehouseSubmitOperator):
                 f"{details.get('reason') or action.get('error') or ''}"
             )
         return "\n".join(lines)
+
+
+def _run_driver(context: Context, fingerprint_: str) -> RunDriver:
+    """The shared driver of this DAG run (on this machine)."""
+    return RunDriver(f"{context['dag'].dag_id}/{context['run_id']}", fingerprint_)
 
 
 def restore_args(context: Context, raw: dict[str, Any], settings: Settings) -> list[str]:

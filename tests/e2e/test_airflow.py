@@ -4,6 +4,7 @@ error. (spark-submit drivers killed mid-batch: ``test_kill_matrix.py``.)"""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import subprocess
@@ -48,9 +49,10 @@ def dags_test(lake: Lake, pipeline: str = "orders", **env: str) -> dict[str, tup
     result = airflow(lake, "dags", "test", f"{pipeline}_pipeline", **env)
     output = result.stdout + result.stderr
     assert result.returncode == 0 and "state=success" in output, output[-6000:]
-    # Every input here is small: each driver starts with the quick compiler only.
+    # The run's layers share one driver, started by the first with the quick compiler only
+    # (every input here is small).
     submits = [line for line in output.splitlines() if "Spark-Submit cmd" in line]
-    assert submits and all(QUICK_JIT_OPTION in line for line in submits), submits
+    assert len(submits) == 1 and QUICK_JIT_OPTION in submits[0], submits
     return {m[1]: (int(m[2]), int(m[3]), int(m[4])) for m in _SUMMARY.findall(output)}
 
 
@@ -107,6 +109,12 @@ def test_airflow_runs_the_pipelines_locally_then_on_the_standalone_cluster(
     # Each layer ran once on each master (skipped runs name none).
     masters = Counter(row[0] for row in lake.rows("ops/run_log", ["spark_master"]) if row[0])
     assert masters == {"local[*]": 6, spark_cluster: 6}, masters
+    # One Spark application per DAG run: its layers ran in the run's shared driver.
+    apps: dict[tuple[str, str], set[str]] = {}
+    for pipeline, run_id, details in lake.rows("ops/run_log", ["pipeline", "run_id", "details"]):
+        if details and "spark_app" in details:
+            apps.setdefault((pipeline, run_id), set()).add(json.loads(details)["spark_app"])
+    assert len(apps) == 6 and all(len(ids) == 1 for ids in apps.values()), apps
 
     # Nothing new: every layer is skipped without a JVM, and says so in the run log.
     before = lake.snapshot()

@@ -485,7 +485,7 @@ def test_airflow_on_s3_reads_kafka_over_sasl_and_no_secret_shows_anywhere(
         LAKEHOUSE_SPARK_CONF=json.dumps(spark_conf),
     )
     exposed: list[str] = []
-    bronze_submits: set[int] = set()
+    driver_submits: set[int] = set()
 
     def watch() -> None:
         # Airflow and everything it starts (not the S3 server or the broker, which know
@@ -500,8 +500,9 @@ def test_airflow_on_s3_reads_kafka_over_sasl_and_no_secret_shows_anywhere(
                     in_environ = canary.encode() in environ and (job or canary != spark_canary)
                     if canary in cmdline or in_environ:
                         exposed.append(f"{index}: {cmdline[:300]}")
-                if "jobs/bronze.py" in cmdline and "SparkSubmit" in cmdline:
-                    bronze_submits.add(pid)
+                # The run's layers run in its shared driver (jobs/driver.py).
+                if "jobs/driver.py" in cmdline and "SparkSubmit" in cmdline:
+                    driver_submits.add(pid)
             time.sleep(0.2)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -516,7 +517,7 @@ def test_airflow_on_s3_reads_kafka_over_sasl_and_no_secret_shows_anywhere(
         output
     )
     assert f"S3: {s3.endpoint} as {s3.access_key_id} (connection lakehouse_s3)" in output
-    assert bronze_submits, "the process watcher never saw the bronze spark-submit"
+    assert driver_submits, "the process watcher never saw the run driver's spark-submit"
     # ...and their secrets are nowhere to be seen.
     database = b"".join(
         p.read_bytes() for p in airflow_home(settings).glob("airflow.db*") if p.is_file()

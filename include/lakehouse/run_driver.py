@@ -1,0 +1,221 @@
+"""The task side of a pipeline run's warm driver (``jobs/driver.py``).
+
+The layer tasks of one run (one Airflow DAG run, on one worker machine) share one Spark
+driver: the first task starts it, each task sends it its job and gets the job's output and
+exit code back, the run's last layer stops it. The driver listens on a Unix socket named
+after the run (in Linux's abstract namespace: no file, no path-length limit, gone with the
+process), and each side checks that the other runs as the same user; its output, process
+group and start lock are files in a folder only this user can enter
+(``lakehouse-drivers-<uid>`` in the temp folder). A task on another machine does not find it
+and starts its own.
+
+A request carries a fingerprint of the Spark settings the task would have submitted with
+(master, settings, jars, code, the S3 access it was given): a driver started with others
+refuses, and the task falls back to a ``spark-submit`` of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from lakehouse.errors import DriverLost
+from lakehouse.settings import Settings
+from lakehouse.submit import SubmitSpec, job_path
+
+JOBS = ("bronze", "silver", "gold")
+START_TIMEOUT_S = 600
+
+
+def protocol_line(message: Mapping[str, Any]) -> bytes:
+    return (json.dumps(message) + "\n").encode()
+
+
+def drivers_dir() -> Path:
+    """This user's private folder of run drivers."""
+    folder = Path(tempfile.gettempdir()) / f"lakehouse-drivers-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    if folder.stat().st_uid != os.getuid() or folder.stat().st_mode & 0o077:
+        raise PermissionError(f"{folder} must belong to this user alone (mode 700)")
+    return folder
+
+
+def fingerprint(parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def address(name: str) -> str:
+    """The abstract Unix socket address of the driver called ``name``."""
+    return f"\0lakehouse-driver-{os.getuid()}-{name}"
+
+
+def driver_file(name: str, suffix: str) -> Path:
+    """A file of the driver called ``name``: ``.log`` its own output (its JVM's; a job's goes
+    to its task), removed when it stops in order; ``.pid`` its process group (for a task's
+    ``on_kill``); ``.lock`` held while a task starts it."""
+    return drivers_dir() / f"{name}{suffix}"
+
+
+def same_user(conn: socket.socket) -> bool:
+    """Whether the process at the other end of ``conn`` runs as this user (``SO_PEERCRED``)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return bool(uid == os.getuid())
+
+
+@dataclass(frozen=True)
+class RunDriver:
+    """The driver of one run: ``run_key`` names the run (DAG, run id)."""
+
+    run_key: str
+    fingerprint: str
+
+    @property
+    def name(self) -> str:
+        return fingerprint(self.run_key)[:24]
+
+    @property
+    def log_path(self) -> Path:
+        return driver_file(self.name, ".log")
+
+    def submit_spec(self, job: SubmitSpec, settings: Settings, pipeline: str) -> SubmitSpec:
+        """``job``'s spark-submit turned into this driver's: the same settings, jars and
+        code, ``jobs/driver.py`` as the application."""
+        name = f"lakehouse-{pipeline}-run"
+        return replace(
+            job,
+            application=job_path(settings, "driver"),
+            args=(
+                *("--driver", self.name, "--fingerprint", self.fingerprint),
+                *("--idle-s", str(settings.run_driver_idle_s), "--name", name),
+            ),
+            name=name,
+        )
+
+    def _connect(self) -> socket.socket | None:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(address(self.name))
+        except OSError:
+            conn.close()
+            return None
+        if not same_user(conn):
+            conn.close()
+            raise DriverLost(
+                f"another user's process listens on this run's driver address "
+                f"({address(self.name)[1:]}): nothing was sent to it"
+            )
+        return conn
+
+    @contextlib.contextmanager
+    def _started(self, start: Callable[[Path], subprocess.Popen[bytes]]) -> Iterator[socket.socket]:
+        """A connection to the driver, started with ``start(log_path)`` if none answers."""
+        with open(driver_file(self.name, ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            conn = self._connect() or self._wait_for(start(self.log_path))
+        with conn:
+            yield conn
+
+    def _wait_for(self, process: subprocess.Popen[bytes]) -> socket.socket:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            conn = self._connect()
+            if conn is not None:
+                return conn
+            if process.poll() is not None:
+                raise DriverLost(
+                    f"the run's Spark driver exited with code {process.returncode} before it "
+                    f"served; its output:\n{self.log_tail()}"
+                )
+            time.sleep(0.2)
+        process.kill()
+        raise DriverLost(f"the run's Spark driver did not start in {START_TIMEOUT_S} s")
+
+    def run(
+        self,
+        job: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        last: bool,
+        start: Callable[[Path], subprocess.Popen[bytes]],
+        out: Callable[[str], None],
+    ) -> int | None:
+        """Run ``job`` in the driver; its exit code, or None when the driver refused (other
+        Spark settings: run it with a spark-submit of its own)."""
+        request = {
+            "job": job,
+            "argv": list(argv),
+            "env": dict(env),
+            "last": last,
+            "fingerprint": self.fingerprint,
+        }
+        with self._started(start) as conn, conn.makefile("rb") as reader:
+            conn.sendall(protocol_line(request))
+            for raw in reader:
+                message = json.loads(raw)
+                if "out" in message:
+                    out(message["out"])
+                elif "exit" in message:
+                    code = int(message["exit"])
+                    if code == 0 and last:
+                        self._forget()
+                    return code
+                elif "refused" in message:
+                    return None
+        raise DriverLost(
+            f"the run's Spark driver went away while running {job} (killed, or its JVM "
+            f"died); the task's retry starts a new one. Its last output:\n{self.log_tail()}"
+        )
+
+    def stop(self) -> bool:
+        """Ask a running driver to stop (a run whose last layer had nothing to do)."""
+        conn = self._connect()
+        if conn is None:
+            return False
+        with conn, conn.makefile("rb") as reader:
+            conn.sendall(protocol_line({"stop": True}))
+            reader.readline()
+        self._forget()
+        return True
+
+    def _forget(self) -> None:
+        """The run is over: its start lock goes too."""
+        driver_file(self.name, ".lock").unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """Stop the driver's process group at once (the task was killed)."""
+        with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
+            os.killpg(int(driver_file(self.name, ".pid").read_text()), signal.SIGTERM)
+
+    def log_tail(self, lines: int = 40) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return "(no output)"
+
+
+def start(argv: Sequence[str], env: Mapping[str, str], log_file: Path) -> subprocess.Popen[bytes]:
+    """Start a driver's spark-submit in a session of its own (it outlives the task that
+    starts it; a fault's kill takes its process group only), its output into ``log_file``."""
+    with open(log_file, "wb") as output:
+        return subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )

@@ -1,0 +1,128 @@
+"""The warm driver a pipeline run's layer tasks share (``jobs/driver.py``, started and asked
+by ``lakehouse.run_driver`` as the Airflow operator does): one Spark application runs the
+run's layers and stops after the last; a failed job stops it too, and so does a quiet while;
+a driver killed mid-batch fails its task with ``DriverLost`` and the retry goes on exactly
+once; a task with other Spark settings is refused (it submits its own)."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from lakehouse.errors import DriverLost
+from lakehouse.run_driver import RunDriver, fingerprint, start
+from lakehouse.sample_data import OrderEventGenerator, render_file
+from lakehouse.settings import Settings
+from lakehouse.submit import job_submit_spec
+from tests.lake import Lake
+from tests.oracle import comparable, expected_tables, split_records
+
+pytestmark = pytest.mark.slow
+
+MASTER = "local[2]"
+
+
+class Run:
+    """One pipeline run's tasks on one machine, as the operator drives them."""
+
+    def __init__(self, lake: Lake, run_id: str, idle_s: int = 60) -> None:
+        from lakehouse.local.env import subprocess_env
+
+        self.run_id = run_id
+        root = lake.settings.root
+        self.settings = (
+            Settings.from_env().with_root(root).with_env(LAKEHOUSE_RUN_DRIVER_IDLE_S=str(idle_s))
+        )
+        self.env = subprocess_env(self.settings, LAKEHOUSE_ROOT=root)
+        self.env.pop("LAKEHOUSE_FAULT", None)
+        spec = job_submit_spec(self.settings, "orders", "bronze", run_id=run_id)
+        self.driver = RunDriver(
+            f"orders_pipeline/{run_id}", fingerprint([MASTER, spec.conf, spec.jars])
+        )
+        self.starts: list[subprocess.Popen[bytes]] = []
+
+    def start(self, log_file: Path) -> subprocess.Popen[bytes]:
+        spec = job_submit_spec(self.settings, "orders", "bronze", run_id=self.run_id)
+        argv = self.driver.submit_spec(spec, self.settings, "orders").argv(MASTER)
+        self.starts.append(start(argv, self.env, log_file))
+        return self.starts[-1]
+
+    def layer(self, layer: str, *, last: bool = False, **env: str) -> tuple[int | None, str]:
+        spec = job_submit_spec(self.settings, "orders", layer, run_id=self.run_id)
+        lines: list[str] = []
+        code = self.driver.run(layer, spec.args, env, last=last, start=self.start, out=lines.append)
+        return code, "\n".join(lines)
+
+    def stopped(self, timeout: float = 60) -> int:
+        """The exit code of the last driver started, once it stopped by itself."""
+        code = self.starts[-1].wait(timeout)
+        assert not self.driver.log_path.exists(), "a driver that stopped in order leaves no log"
+        return code
+
+
+def deliver(lake: Lake, orders: OrderEventGenerator, n: int, seed: int) -> list[bytes]:
+    content = render_file(orders.batch(n), random.Random(seed))
+    lake.land(content)
+    return split_records(content)
+
+
+def spark_apps(lake: Lake, run_id: str) -> dict[str, str]:
+    rows = lake.rows("ops/run_log", ["layer", "run_id", "status", "details"])
+    return {
+        r[0]: json.loads(r[3])["spark_app"] for r in rows if r[1] == run_id and r[2] == "succeeded"
+    }
+
+
+def test_a_runs_layers_share_one_driver_that_stops_after_the_last(lake: Lake) -> None:
+    orders = OrderEventGenerator(seed=5)
+    delivered = deliver(lake, orders, 120, seed=1)
+    run = Run(lake, "run-1")
+    outputs = {
+        layer: run.layer(layer, last=layer == "gold") for layer in ("bronze", "silver", "gold")
+    }
+    assert {layer: code for layer, (code, _) in outputs.items()} == {
+        "bronze": 0,
+        "silver": 0,
+        "gold": 0,
+    }
+    # The job's own output came back to the task, summary included.
+    assert all("SUMMARY {" in text for _, text in outputs.values()), outputs["silver"][1][-2000:]
+    assert len(run.starts) == 1, "one spark-submit for the run's three layers"
+    assert run.stopped() == 0, "the run's last layer stops its driver"
+    apps = spark_apps(lake, "run-1")
+    assert sorted(apps) == ["bronze", "gold", "silver"] and len(set(apps.values())) == 1, apps
+    assert lake.contract_view() == comparable(expected_tables(delivered))
+
+
+def test_a_failed_or_killed_job_ends_its_driver_and_the_retry_goes_on_exactly_once(
+    lake: Lake,
+) -> None:
+    orders = OrderEventGenerator(seed=6)
+    delivered = deliver(lake, orders, 100, seed=2)
+    run = Run(lake, "run-2", idle_s=8)
+    assert run.layer("bronze")[0] == 0
+    # A job that fails ends the driver: the retry gets a fresh JVM, as with spark-submit.
+    code, text = run.layer("silver", LAKEHOUSE_FAULT="silver.after_merge")
+    assert code == 1 and "fault injected at silver.after_merge" in text, text[-2000:]
+    assert run.stopped() == 0 and len(run.starts) == 1
+    # A driver killed mid-batch (its whole process group, as a lost machine) fails the task.
+    with pytest.raises(DriverLost, match="went away while running silver"):
+        run.layer("silver", LAKEHOUSE_FAULT="silver.after_merge:kill")
+    assert len(run.starts) == 2 and run.starts[-1].wait(60) != 0
+    # The retry starts a third driver and commits the batch once.
+    assert run.layer("silver")[0] == 0 and len(run.starts) == 3
+    # A task that would submit with other Spark settings is refused, and runs its own.
+    other = RunDriver(run.driver.run_key, "other settings")
+    refused = other.run("gold", [], {}, last=True, start=run.start, out=print)
+    assert refused is None and len(run.starts) == 3
+    # Nobody asks for idle_s: the driver stops by itself; the next task starts another.
+    assert run.stopped(timeout=60) == 0
+    assert run.layer("gold", last=True)[0] == 0 and len(run.starts) == 4
+    assert run.stopped() == 0
+    assert lake.contract_view() == comparable(expected_tables(delivered))
+    statuses = sorted(r[0] for r in lake.rows("ops/run_log", ["status"]))
+    assert statuses.count("killed") == 1, statuses
