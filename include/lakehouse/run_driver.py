@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from lakehouse.errors import DriverLost
+from lakehouse.errors import ConfigurationError, DriverLost
 from lakehouse.settings import Settings
 from lakehouse.submit import SubmitSpec, job_path
 
@@ -49,7 +49,10 @@ def drivers_dir() -> Path:
     folder = Path(tempfile.gettempdir()) / f"lakehouse-drivers-{os.getuid()}"
     folder.mkdir(mode=0o700, exist_ok=True)
     if folder.stat().st_uid != os.getuid() or folder.stat().st_mode & 0o077:
-        raise PermissionError(f"{folder} must belong to this user alone (mode 700)")
+        raise ConfigurationError(
+            f"{folder} must belong to this user alone (mode 700): remove it, or set "
+            "LAKEHOUSE_RUN_DRIVER_IDLE_S=0 to run every layer with its own spark-submit."
+        )
     return folder
 
 
@@ -114,9 +117,11 @@ class RunDriver:
             return None
         if not same_user(conn):
             conn.close()
-            raise DriverLost(
+            raise ConfigurationError(
                 f"another user's process listens on this run's driver address "
-                f"({address(self.name)[1:]}): nothing was sent to it"
+                f"({address(self.name)[1:]}); nothing was sent to it. Find it with `ss -xlp`, "
+                "or set LAKEHOUSE_RUN_DRIVER_IDLE_S=0 to run every layer with its own "
+                "spark-submit."
             )
         return conn
 
