@@ -138,9 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fingerprint", required=True, help="the Spark settings it runs")
     parser.add_argument("--idle-s", type=float, required=True, help="stop when idle this long")
     parser.add_argument("--name", required=True, help="the Spark application's name")
+    parser.add_argument("--task-env", default="", help="variables of the starting task's job")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     configure_logging()
     spark = build_spark(args.name, Settings.from_env())
+    # The starting task's own variables served the session's start (its S3 access); each job
+    # gets its task's again with its request, and none of another task's.
+    for key in filter(None, args.task_env.split(",")):
+        os.environ.pop(key, None)
     driver_file(args.driver, ".pid").write_text(str(os.getpgrp()))
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

@@ -27,7 +27,7 @@ import struct
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -94,9 +94,13 @@ class RunDriver:
     def log_path(self) -> Path:
         return driver_file(self.name, ".log")
 
-    def submit_spec(self, job: SubmitSpec, settings: Settings, pipeline: str) -> SubmitSpec:
+    def submit_spec(
+        self, job: SubmitSpec, settings: Settings, pipeline: str, task_env: Iterable[str] = ()
+    ) -> SubmitSpec:
         """``job``'s spark-submit turned into this driver's: the same settings, jars and
-        code, ``jobs/driver.py`` as the application."""
+        code, ``jobs/driver.py`` as the application. ``task_env`` names the variables the
+        starting task adds for its own job (its access files, its grant): the driver drops
+        them once its session is up, so each job sees only the variables its task sends."""
         name = f"lakehouse-{pipeline}-run"
         return replace(
             job,
@@ -104,6 +108,7 @@ class RunDriver:
             args=(
                 *("--driver", self.name, "--fingerprint", self.fingerprint),
                 *("--idle-s", str(settings.run_driver_idle_s), "--name", name),
+                *("--task-env", ",".join(sorted(task_env))),
             ),
             name=name,
         )

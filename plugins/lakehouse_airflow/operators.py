@@ -374,7 +374,10 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
         assert self._settings is not None
         properties = Path(self._properties_file) if self._properties_file else None
         driver_spec = driver.submit_spec(
-            replace(spec, conf=dict(self.conf or {})), self._settings, self.pipeline
+            replace(spec, conf=dict(self.conf or {})),
+            self._settings,
+            self.pipeline,
+            task_env=self.env_vars or {},
         )
         argv = driver_spec.argv(master, properties_file=properties)
         self.log.info("Spark-Submit cmd (the run's driver): %s", " ".join(argv))

@@ -44,15 +44,18 @@ class Run:
             f"orders_pipeline/{run_id}", fingerprint([MASTER, spec.conf, spec.jars])
         )
         self.starts: list[subprocess.Popen[bytes]] = []
+        self.task_env: dict[str, str] = {}
 
     def start(self, log_file: Path) -> subprocess.Popen[bytes]:
+        """The driver's spark-submit, with the starting task's variables (as the operator)."""
         spec = job_submit_spec(self.settings, "orders", "bronze", run_id=self.run_id)
-        argv = self.driver.submit_spec(spec, self.settings, "orders").argv(MASTER)
-        self.starts.append(start(argv, self.env, log_file))
+        driver = self.driver.submit_spec(spec, self.settings, "orders", task_env=self.task_env)
+        self.starts.append(start(driver.argv(MASTER), {**self.env, **self.task_env}, log_file))
         return self.starts[-1]
 
     def layer(self, layer: str, *, last: bool = False, **env: str) -> tuple[int | None, str]:
         spec = job_submit_spec(self.settings, "orders", layer, run_id=self.run_id)
+        self.task_env = env
         lines: list[str] = []
         code = self.driver.run(layer, spec.args, env, last=last, start=self.start, out=lines.append)
         return code, "\n".join(lines)
@@ -81,9 +84,10 @@ def test_a_runs_layers_share_one_driver_that_stops_after_the_last(lake: Lake) ->
     orders = OrderEventGenerator(seed=5)
     delivered = deliver(lake, orders, 120, seed=1)
     run = Run(lake, "run-1")
-    outputs = {
-        layer: run.layer(layer, last=layer == "gold") for layer in ("bronze", "silver", "gold")
-    }
+    # The task that starts the driver has a variable of its own; the next jobs must not see
+    # it (were silver to, it would fail at its fault point).
+    outputs = {"bronze": run.layer("bronze", LAKEHOUSE_FAULT="silver.after_merge")}
+    outputs |= {layer: run.layer(layer, last=layer == "gold") for layer in ("silver", "gold")}
     assert {layer: code for layer, (code, _) in outputs.items()} == {
         "bronze": 0,
         "silver": 0,
