@@ -34,9 +34,11 @@ from typing import Any
 
 from lakehouse.errors import ConfigurationError, DriverLost
 from lakehouse.settings import Settings
+from lakehouse.specs import Layer
 from lakehouse.submit import SubmitSpec, job_path
 
-JOBS = ("bronze", "silver", "gold")
+# The jobs a driver runs: the layers (``jobs/<layer>.py``).
+JOBS = tuple(str(layer) for layer in Layer)
 START_TIMEOUT_S = 600
 
 

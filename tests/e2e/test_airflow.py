@@ -95,9 +95,9 @@ def check_runs(lake: Lake, second_run_env: dict[str, str]) -> None:
     assert lake.customers_view(True) == comparable_customers(expected_c, sales)
 
 
-# Seven DAG runs, twelve spark-submits (six on the cluster): about 10 minutes on a 2-core
-# machine alone, more beside other work; the suite's 15-minute guard against a hang is too
-# close.
+# Seven DAG runs, six spark-submits (one shared driver per run that has work; three on the
+# cluster): 5.5-6.5 minutes on a 2-core machine alone, more beside other work; the suite's
+# 15-minute guard against a hang is too close.
 @pytest.mark.cluster
 @pytest.mark.timeout(1800)
 def test_airflow_runs_the_pipelines_locally_then_on_the_standalone_cluster(

@@ -39,7 +39,9 @@ class Run:
         )
         self.env = subprocess_env(self.settings, LAKEHOUSE_ROOT=root)
         self.env.pop("LAKEHOUSE_FAULT", None)
-        spec = job_submit_spec(self.settings, "orders", "bronze", run_id=run_id)
+        # What a layer task would submit: the driver is started from it.
+        self.submit = job_submit_spec(self.settings, "orders", "bronze", run_id=run_id)
+        spec = self.submit
         self.driver = RunDriver(
             f"orders_pipeline/{run_id}", fingerprint([MASTER, spec.conf, spec.jars])
         )
@@ -48,8 +50,9 @@ class Run:
 
     def start(self, log_file: Path) -> subprocess.Popen[bytes]:
         """The driver's spark-submit, with the starting task's variables (as the operator)."""
-        spec = job_submit_spec(self.settings, "orders", "bronze", run_id=self.run_id)
-        driver = self.driver.submit_spec(spec, self.settings, "orders", task_env=self.task_env)
+        driver = self.driver.submit_spec(
+            self.submit, self.settings, "orders", task_env=self.task_env
+        )
         self.starts.append(start(driver.argv(MASTER), {**self.env, **self.task_env}, log_file))
         return self.starts[-1]
 
