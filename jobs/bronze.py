@@ -45,6 +45,7 @@ from lakehouse.checkpoints import Checkpoint
 from lakehouse.errors import ConfigurationError, InvalidRunParams
 from lakehouse.kafka import brokers, offsets
 from lakehouse.kafka.access import KafkaAccess
+from lakehouse.pending import Pending
 from lakehouse.settings import SourceKind
 from lakehouse.specs import BRONZE_SCHEMA, Layer, RecordSpec, schema_fields
 
@@ -76,8 +77,9 @@ def read_landing_files(ctx: JobContext) -> DataFrame:
     return filter_not_blank(records_df)
 
 
-def read_kafka(ctx: JobContext) -> tuple[DataFrame, dict[str, Any]]:
-    """The pipeline's topics as a stream of records, after the pre-flight offset check."""
+def read_kafka(ctx: JobContext) -> tuple[DataFrame, dict[str, Any], Pending]:
+    """The pipeline's topics as a stream of records, after the pre-flight offset check (and
+    what it found to read)."""
     access = KafkaAccess.for_job(ctx.settings)
     topics = ctx.settings.pipeline(ctx.pipeline).subscription
     accept_loss = ctx.params.accept_data_loss
@@ -102,7 +104,8 @@ def read_kafka(ctx: JobContext) -> tuple[DataFrame, dict[str, Any]]:
         .load()
     )
     records_df = with_kafka_lineage(with_raw_record(kafka_df, strip_line_end=False))
-    return records_df, report.details()
+    backlog = Pending(Layer.BRONZE, report.backlog, report.backlog, "the Kafka backlog")
+    return records_df, report.details(), backlog
 
 
 def to_bronze(records_df: DataFrame, record: RecordSpec) -> DataFrame:
@@ -213,11 +216,12 @@ def replay_kafka(ctx: JobContext, location: str) -> dict[str, Any]:
     return details
 
 
-def read_source(ctx: JobContext) -> tuple[DataFrame, dict[str, Any]]:
-    """The source's records and what was learnt about it before the query (for the log)."""
+def read_source(ctx: JobContext) -> tuple[DataFrame, dict[str, Any], Pending | None]:
+    """The source's records, what was learnt about it before the query (for the log) and
+    what is to read, when that was learnt too (else ``run_stream`` works it out)."""
     source = ctx.settings.pipeline(ctx.pipeline).source
     if source == SourceKind.FILE:
-        return read_landing_files(ctx), {}
+        return read_landing_files(ctx), {}, None
     if source == SourceKind.KAFKA:
         return read_kafka(ctx)
     raise ConfigurationError(f"source {source!r} is not supported by the bronze job.")
@@ -237,7 +241,7 @@ def body(ctx: JobContext) -> StreamResult:
         # Refuses before the stream writes anything.
         plan_kafka_replay(ctx, KafkaAccess.for_job(ctx.settings))
     # The source first: a refusal of its pre-flight check leaves no trace, not even a table.
-    records_df, details = read_source(ctx)
+    records_df, details, pending = read_source(ctx)
     location = ensure_table(ctx.spark, ctx.settings, target)
     writer = (
         to_bronze(records_df, record(ctx))
@@ -249,7 +253,7 @@ def body(ctx: JobContext) -> StreamResult:
     version_before = table_version(ctx.spark, location)
     try:
         try:
-            result = run_stream(ctx, lambda: writer)
+            result = run_stream(ctx, lambda: writer, pending)
         except Exception as exc:
             if not _is_spark_55271(exc):
                 raise
@@ -257,7 +261,7 @@ def body(ctx: JobContext) -> StreamResult:
                 "Spark's Kafka source failed after replaying the micro-batch an earlier run "
                 "left unfinished (SPARK-55271); the batch is committed, starting again"
             )
-            result = run_stream(ctx, lambda: writer)
+            result = run_stream(ctx, lambda: writer, pending)
             details["restarted_after"] = "SPARK-55271"
     except Exception as exc:
         # Spark's failOnDataLoss failure, under the name the pre-flight check uses.

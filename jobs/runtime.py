@@ -35,7 +35,7 @@ from pyspark.sql.streaming import DataStreamWriter
 from jobs import run_markers, storage
 from jobs.delta_state import is_delta_table, table_version
 from jobs.guards import check_checkpoint
-from jobs.session import build_spark
+from jobs.session import build_spark, interpreted
 from jobs.tables import ensure_table
 from lakehouse import runlog
 from lakehouse.authz import ACCEPT_DATA_LOSS, require_grant
@@ -44,6 +44,7 @@ from lakehouse.checkpoints import Checkpoint
 from lakehouse.errors import ConfigurationError, LakehouseError, RestoreInProgress
 from lakehouse.locks import check_held, on_any_lost, table_locks
 from lakehouse.params import RunParams
+from lakehouse.pending import Pending, pending_input
 from lakehouse.preflight import check_root_writable
 from lakehouse.registry import registry
 from lakehouse.secrets import (
@@ -405,27 +406,32 @@ def _offsets_text(source: Any, key: str) -> str | None:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
-def nothing_new(ctx: JobContext) -> str | None:
-    """Why a stream over Delta tables has nothing to read (None: it has, or it reads a raw
-    source), decided as a scheduled run's skip is (``lakehouse.pending``: the checkpoint's
-    last commit against the tables' logs), without starting a query."""
-    if not ctx.stream.sources:
-        return None
-    from lakehouse.pending import pending_input
-
-    pending = pending_input(ctx.settings, ctx.pipeline, ctx.stream.layer)
-    return pending.description if pending.nothing else None
-
-
-def run_stream(ctx: JobContext, make_writer: Callable[[], DataStreamWriter]) -> StreamResult:
+def run_stream(
+    ctx: JobContext,
+    make_writer: Callable[[], DataStreamWriter],
+    pending: Pending | None = None,
+) -> StreamResult:
     """Run the writer ``make_writer`` gives with ``availableNow`` to completion, logging each
-    micro-batch. A stream over Delta tables with nothing new is not started at all (a
-    query's start and stop cost a second or more; its checkpoint would not move)."""
-    idle = nothing_new(ctx)
-    if idle is not None:
-        log.info("query %s not started: %s", ctx.query_name, idle)
+    micro-batch. What it will read (``pending``, when the body knows it: bronze's Kafka
+    check) is worked out first, as a scheduled run's skip is (``lakehouse.pending``: the
+    checkpoint against the landing files or the tables' logs): a stream over Delta tables
+    with nothing new is not started at all (a query's start and stop cost a second or more;
+    its checkpoint would not move), and an input known to be small is evaluated without
+    generated code (``jobs.session.interpreted``)."""
+    if pending is None:
+        pending = pending_input(ctx.settings, ctx.pipeline, ctx.stream.layer)
+    if ctx.stream.sources and pending.nothing:
+        log.info("query %s not started: %s", ctx.query_name, pending.description)
         check_held()
         return StreamResult(query_id=checkpoint_query_id(ctx.spark, ctx.checkpoint))
+    interpret = pending.small and ctx.settings.interpret_small_inputs
+    with interpreted(ctx.spark, interpret):
+        result = _run_query(ctx, make_writer)
+    result.details["generated_code"] = not interpret
+    return result
+
+
+def _run_query(ctx: JobContext, make_writer: Callable[[], DataStreamWriter]) -> StreamResult:
     query = (
         make_writer()
         .option("checkpointLocation", ctx.checkpoint)

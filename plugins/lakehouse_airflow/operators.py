@@ -46,7 +46,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from lakehouse import errors
 from lakehouse.authz import GRANT_FILE_ENV, Grant
-from lakehouse.jvm import quick_jit, with_quick_jit
+from lakehouse.jvm import with_quick_jit
 from lakehouse.kafka.access import ACCESS_FILE_ENV, KafkaAccess
 from lakehouse.params import Action, MaintenanceParams, RestoreParams, RunParams
 from lakehouse.registry import get_pipeline, registry
@@ -146,7 +146,7 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
         # The run's grant for a privileged action (lakehouse_airflow.authz), for the job.
         self._grant: Grant | None = None
         self._s3: S3Config | None = None
-        # Set by a subclass that knows the run's input is small (lakehouse.jvm.quick_jit).
+        # Set by a subclass that knows the run's input is small (lakehouse.pending: Pending.small).
         self._quick_jit = False
 
     @property
@@ -422,7 +422,7 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
         """Skip the layer, without starting a JVM, when its input has nothing new since its
         checkpoint's last commit (an incremental run; every other mode does work). The
         decision is a run-log row too, written with delta-rs. Input known to be small starts
-        the driver with the quick compiler (``lakehouse.jvm.quick_jit``)."""
+        the driver with the quick compiler (``Pending.small``)."""
         from lakehouse.params import Mode
         from lakehouse.pending import pending_input
         from lakehouse.runlog import append_row, now
@@ -433,7 +433,7 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
         pipeline = get_pipeline(self.pipeline)
         pending = pending_input(settings, pipeline, self.layer, kafka, s3=self._s3)
         if not pending.nothing:
-            self._quick_jit = quick_jit(pending.rows, pending.bytes)
+            self._quick_jit = pending.small
             speed = "; a small input: the driver JVM compiles quickly" if self._quick_jit else ""
             self.log.info("%s: %s%s", self.what, pending.description, speed)
             return

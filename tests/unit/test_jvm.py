@@ -1,26 +1,26 @@
-"""Which runs start their driver with the quick compiler only: small known inputs."""
+"""Which runs start their driver with the quick compiler only (and evaluate without
+generated code): small known inputs."""
 
 from __future__ import annotations
 
-from lakehouse.jvm import (
-    QUICK_JIT_MAX_BYTES,
-    QUICK_JIT_MAX_ROWS,
-    QUICK_JIT_OPTION,
-    quick_jit,
-    with_quick_jit,
-)
+from lakehouse.jvm import QUICK_JIT_OPTION, with_quick_jit
+from lakehouse.pending import SMALL_MAX_BYTES, SMALL_MAX_ROWS, Pending
+
+
+def small(rows: int | None, size: int | None) -> bool:
+    return Pending("silver", 1, rows, "", size).small
 
 
 def test_a_small_known_input_compiles_quickly() -> None:
-    assert quick_jit(0, None) and quick_jit(QUICK_JIT_MAX_ROWS, None)
-    assert not quick_jit(QUICK_JIT_MAX_ROWS + 1, None)
-    assert quick_jit(None, QUICK_JIT_MAX_BYTES) and not quick_jit(None, QUICK_JIT_MAX_BYTES + 1)
+    assert small(0, None) and small(SMALL_MAX_ROWS, None)
+    assert not small(SMALL_MAX_ROWS + 1, None)
+    assert small(None, SMALL_MAX_BYTES) and not small(None, SMALL_MAX_BYTES + 1)
     # Rows, when known, decide: a few big records are still few.
-    assert quick_jit(10, QUICK_JIT_MAX_BYTES * 4)
+    assert small(10, SMALL_MAX_BYTES * 4)
 
 
 def test_an_unknown_size_keeps_the_full_compiler() -> None:
-    assert not quick_jit(None, None)
+    assert not small(None, None)
 
 
 def test_the_option_is_added_once() -> None:
