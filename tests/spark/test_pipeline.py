@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -16,6 +17,30 @@ def deliver(lake: Lake, lines: list[bytes], seed: int) -> list[bytes]:
     content = render_file(lines, random.Random(seed))
     lake.land(content)
     return split_records(content)
+
+
+def test_generated_code_or_not_the_tables_are_the_same(
+    lake: Lake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small input is evaluated without generated code (every other test here runs that
+    way); with ``LAKEHOUSE_INTERPRET_SMALL_INPUTS=false`` Spark generates code, and the
+    contract's tables are the same. The run log says which way each layer run went."""
+    generator = OrderEventGenerator(seed=12)
+    delivered = deliver(lake, generator.batch(120), seed=1)
+    lake.run_all()
+    monkeypatch.setenv("LAKEHOUSE_INTERPRET_SMALL_INPUTS", "false")
+    delivered += deliver(lake, generator.batch(60) + generator.flush_late(), seed=2)
+    lake.run_all()
+    assert lake.contract_view() == comparable(expected_tables(delivered))
+    runs = sorted(lake.rows("ops/run_log", ["started_at", "layer", "details"]))
+    assert [(layer, json.loads(details)["generated_code"]) for _, layer, details in runs] == [
+        ("bronze", False),
+        ("silver", False),
+        ("gold", False),
+        ("bronze", True),
+        ("silver", True),
+        ("gold", True),
+    ]
 
 
 @pytest.mark.parametrize("lake", ["local", "s3"], indirect=True)
