@@ -45,7 +45,7 @@ from lakehouse.checkpoints import Checkpoint
 from lakehouse.errors import ConfigurationError, InvalidRunParams
 from lakehouse.kafka import brokers, offsets
 from lakehouse.kafka.access import KafkaAccess
-from lakehouse.pending import Pending
+from lakehouse.pending import Pending, kafka_backlog
 from lakehouse.settings import SourceKind
 from lakehouse.specs import BRONZE_SCHEMA, Layer, RecordSpec, schema_fields
 
@@ -104,8 +104,7 @@ def read_kafka(ctx: JobContext) -> tuple[DataFrame, dict[str, Any], Pending]:
         .load()
     )
     records_df = with_kafka_lineage(with_raw_record(kafka_df, strip_line_end=False))
-    backlog = Pending(Layer.BRONZE, report.backlog, report.backlog, "the Kafka backlog")
-    return records_df, report.details(), backlog
+    return records_df, report.details(), kafka_backlog(Layer.BRONZE, report)
 
 
 def to_bronze(records_df: DataFrame, record: RecordSpec) -> DataFrame:

@@ -20,6 +20,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from jobs.session import session_conf
 from lakehouse.locks import check_held
 
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -45,13 +46,8 @@ def dml_transaction(spark: SparkSession, app_id: str, batch_id: int) -> Iterator
     that no later write of this session is mistaken for a replay.
     """
     check_held()
-    spark.conf.set(_TXN_APP_ID, app_id)
-    spark.conf.set(_TXN_VERSION, str(batch_id))
-    try:
+    with session_conf(spark, {_TXN_APP_ID: app_id, _TXN_VERSION: str(batch_id)}):
         yield
-    finally:
-        spark.conf.unset(_TXN_APP_ID)
-        spark.conf.unset(_TXN_VERSION)
 
 
 def upsert_newer(

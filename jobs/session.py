@@ -72,16 +72,11 @@ _INTERPRETED = {"spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 
 @contextmanager
-def interpreted(spark: SparkSession, enabled: bool) -> Iterator[None]:
-    """Evaluate the queries started inside without generated code (when ``enabled``: the
-    input is known to be small), then put the session's own settings back, so the next job
-    of a shared driver starts from them. A streaming query keeps the settings it started
-    with."""
-    if not enabled:
-        yield
-        return
-    before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in _INTERPRETED}
-    for key, value in _INTERPRETED.items():
+def session_conf(spark: SparkSession, values: dict[str, str]) -> Iterator[None]:
+    """Set ``values`` on the session for the work inside, then put back what was there (a
+    setting that was not set is unset again)."""
+    before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in values}
+    for key, value in values.items():
         spark.conf.set(key, value)
     try:
         yield
@@ -91,3 +86,16 @@ def interpreted(spark: SparkSession, enabled: bool) -> Iterator[None]:
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, old)
+
+
+@contextmanager
+def interpreted(spark: SparkSession, enabled: bool) -> Iterator[None]:
+    """Evaluate the queries started inside without generated code (when ``enabled``: the
+    input is known to be small), then put the session's own settings back, so the next job
+    of a shared driver starts from them. A streaming query keeps the settings it started
+    with."""
+    if not enabled:
+        yield
+        return
+    with session_conf(spark, _INTERPRETED):
+        yield

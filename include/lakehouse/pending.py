@@ -23,6 +23,7 @@ from lakehouse.specs import Layer, PipelineSpec
 
 if TYPE_CHECKING:
     from lakehouse.kafka.access import KafkaAccess
+    from lakehouse.kafka.brokers import PreflightReport
     from lakehouse.s3 import S3Config
 
 # Commits that change no data: a stream reading the table skips them.
@@ -136,6 +137,11 @@ def _kafka_pending(
 
     topics = settings.pipeline(pipeline).subscription
     report = check_offsets(access, topics, checkpoint_offsets(checkpoint), accept_data_loss=True)
+    return kafka_backlog(layer, report)
+
+
+def kafka_backlog(layer: str, report: PreflightReport) -> Pending:
+    """What a Kafka pre-flight check found to read."""
     return Pending(
         layer,
         report.backlog,

@@ -17,6 +17,7 @@ from typing import Any
 from jobs import storage
 from jobs.actions.context import ActionContext, Outcome
 from jobs.delta_state import Commit, TableState
+from jobs.session import session_conf
 from jobs.tables import quote_path
 from lakehouse.checkpoints import DeltaPosition
 from lakehouse.errors import ConfigurationError
@@ -152,19 +153,12 @@ def vacuum_files(ctx: ActionContext, location: str, hours: int, *, dry_run: bool
     """VACUUM files removed (or written and never committed) more than ``hours`` ago;
     the dry run returns them with their sizes and deletes nothing."""
     statement = f"VACUUM {quote_path(location)} RETAIN {int(hours)} HOURS"
-    previous = ctx.spark.conf.get(RETENTION_WINDOW_IGNORE, None)
-    ctx.spark.conf.set(RETENTION_WINDOW_IGNORE, "false")
-    try:
+    with session_conf(ctx.spark, {RETENTION_WINDOW_IGNORE: "false"}):
         if not dry_run:
             check_held()
             ctx.spark.sql(statement).collect()
             return {}
         paths = [str(r[0]) for r in ctx.spark.sql(statement + " DRY RUN").collect()]
-    finally:
-        if previous is None:
-            ctx.spark.conf.unset(RETENTION_WINDOW_IGNORE)
-        else:
-            ctx.spark.conf.set(RETENTION_WINDOW_IGNORE, previous)
     sizes = {p: storage.file_size(ctx.spark, p) for p in paths}
     return {p: size for p, size in sizes.items() if size is not None}  # folders left out
 
