@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+
+from lakehouse.local.env import MIN_HEARTBEAT_INTERVAL_S
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]  # the checkout (this file is in tests/e2e/)
 TOOL_DIR = PROJECT_DIR / "tools" / "composecheck"
@@ -167,6 +170,21 @@ def test_airflow_points_jobs_at_the_spark_master_and_kafka(
         assert refs.get("AIRFLOW__CORE__EXECUTION_API_SERVER_URL") == [
             {"service": roles["apiserver"], "port": api_port, "scheme": "http"}
         ], name
+
+
+def test_task_supervisors_notice_an_ended_task_as_the_local_ones_do(
+    stack: Summary, roles: dict[str, Any]
+) -> None:
+    # LocalExecutor's supervisors run in the scheduler: with Airflow's default interval a
+    # skipped layer could be held for 5 s after its 0.2 s of work.
+    assert (
+        "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL"
+        in stack["services"][roles["scheduler"]]["environment"]
+    )
+    # The summary names variables without their values: the value from the file itself.
+    scheduler = yaml.safe_load(COMPOSE_FILE.read_text())["services"][roles["scheduler"]]
+    value = scheduler["environment"]["AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL"]
+    assert value == MIN_HEARTBEAT_INTERVAL_S
 
 
 def test_one_image_for_airflow_and_spark(stack: Summary, roles: dict[str, Any]) -> None:

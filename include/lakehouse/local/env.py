@@ -28,6 +28,10 @@ def airflow_home(settings: Settings) -> Path:
     return settings.project_dir / ".airflow"
 
 
+# See project_env; docker-compose.yaml sets the same.
+MIN_HEARTBEAT_INTERVAL_S = "1"
+
+
 def project_env(settings: Settings, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """Variables for a shell or subprocess of this checkout (values in ``base`` win for the
     ``LAKEHOUSE_*`` settings, so a user's own choices are kept)."""
@@ -56,6 +60,12 @@ def project_env(settings: Settings, base: Mapping[str, str] | None = None) -> di
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
         # Parsing the DAG folder must stay cheap; a slow import is a bug, not a timeout.
         "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "60",
+        # How long a task's supervisor can sleep before it notices the task has ended. Airflow
+        # waits on the task's sockets for up to this interval, and a task whose sockets close
+        # a moment before its process can be reaped (delta-rs leaves threads that take that
+        # moment to die) is held for all of it: 5 s by default, on a layer that skipped in
+        # 0.2 s. One second bounds that, for a heartbeat a second per running task.
+        "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": MIN_HEARTBEAT_INTERVAL_S,
     }
     for key, value in base.items():
         if key.startswith("LAKEHOUSE_") and key not in env:
