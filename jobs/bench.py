@@ -15,7 +15,7 @@ little).
 
 plus the latency of a small delivery (one new file into a large table) end to end through
 Airflow, and the whole DAG run's time when there is nothing new (and its tasks' time, as
-Airflow recorded it). Jobs run in-process on one
+Airflow recorded it; also for idle runs under a real scheduler). Jobs run in-process on one
 Spark session (so B1, B2, B5 and B6 compare work, not JVM starts); B4 and the Airflow figures
 start processes, as a scheduled run does. The table is printed and written as JSON
 (``build/bench/bench.json``; ``--out`` elsewhere).
@@ -459,6 +459,33 @@ def airflow_small_run(settings: Settings, work: Path, events: int) -> dict[str, 
         "airflow_idle_s": idle_s,
         "airflow_idle_tasks_s": idle_tasks_s,
         "airflow_small_s": small_s,
+        **scheduled_idle_runs(root, work),
+    }
+
+
+def scheduled_idle_runs(root: Path, work: Path, runs: int = 6) -> dict[str, float]:
+    """Runs with nothing new as a scheduler runs them (API server, scheduler, LocalExecutor:
+    each task in a process of its own under a supervisor, unlike ``airflow dags test``): the
+    tasks' time per DAG run as Airflow recorded it: median, mean and worst of ``runs``."""
+    from lakehouse.local.airflow_server import airflow_server
+
+    sums = []
+    home, logs = work / "airflow-home", work / "airflow-logs"
+    with airflow_server(home, logs, LAKEHOUSE_ROOT=str(root)) as s:
+        for _ in range(runs):
+            run = s.api("POST", "/dags/orders_pipeline/dagRuns", {"logical_date": None})
+            run_id = run["dag_run_id"]
+            if s.wait_for_run("orders_pipeline", run_id, timeout_s=300, poll_s=0.5) != "success":
+                raise RuntimeError(f"scheduled idle run {run_id} did not succeed")
+            path = f"/dags/orders_pipeline/dagRuns/{run_id}/taskInstances"
+            tasks = s.api("GET", path)["task_instances"]
+            if any(t["task_id"] != "plan" and t["state"] != "skipped" for t in tasks):
+                raise RuntimeError(f"scheduled idle run {run_id}: a layer did not skip: {tasks}")
+            sums.append(sum(t["duration"] or 0.0 for t in tasks))
+    return {
+        "scheduled_idle_tasks_median_s": statistics.median(sums),
+        "scheduled_idle_tasks_mean_s": statistics.mean(sums),
+        "scheduled_idle_tasks_max_s": max(sums),
     }
 
 

@@ -19,9 +19,9 @@ from urllib.parse import quote
 
 import pytest
 
+from lakehouse.local.airflow_server import AirflowServer, airflow_server
 from lakehouse.sample_data import OrderEventGenerator, render_file
 from tests import PROJECT_DIR
-from tests.e2e.airflow_server import AirflowServer, airflow_server
 from tests.lake import Lake
 from tests.oracle import comparable, expected_tables, split_records
 

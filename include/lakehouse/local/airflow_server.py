@@ -1,4 +1,5 @@
-"""A real Airflow (API server, scheduler, DAG processor) in a scratch home, for UI tests."""
+"""A real Airflow (API server, scheduler, DAG processor) in a scratch home: for the UI tests
+and for `make bench`'s scheduled runs."""
 
 from __future__ import annotations
 
@@ -52,13 +53,15 @@ class AirflowServer:
             text = response.read()
         return json.loads(text) if text else None
 
-    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float = 900) -> str:
+    def wait_for_run(
+        self, dag_id: str, run_id: str, timeout_s: float = 900, poll_s: float = 3
+    ) -> str:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             state = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
             if state in ("success", "failed"):
                 return str(state)
-            time.sleep(3)
+            time.sleep(poll_s)
         raise TimeoutError(f"{dag_id} {run_id} did not finish in {timeout_s:.0f}s")
 
 
@@ -67,7 +70,7 @@ def _wait_http(url: str, timeout_s: float, processes: list[subprocess.Popen]) ->
     while time.monotonic() < deadline:
         for process in processes:
             if process.poll() is not None:
-                raise RuntimeError(f"{process.args} exited with {process.returncode}")
+                raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
         try:
             with urllib.request.urlopen(url, timeout=5):
                 return
