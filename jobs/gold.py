@@ -29,7 +29,14 @@ from pyspark.sql import functions as F
 
 from jobs import faults, storage
 from jobs.delta_writes import last_commit_metrics, replace_scope
-from jobs.runtime import JobContext, StreamResult, checkpoint_query_id, run_layer, run_stream
+from jobs.runtime import (
+    JobContext,
+    StreamResult,
+    checkpoint_query_id,
+    rederiving,
+    run_layer,
+    run_stream,
+)
 from jobs.tables import ensure_table
 from lakehouse.checkpoints import Checkpoint, DeltaPosition
 from lakehouse.locks import check_held
@@ -197,7 +204,10 @@ def body(ctx: JobContext) -> StreamResult:
     mode = ctx.params.mode
     if mode != Mode.INCREMENTAL:
         # Gold is a function of its inputs: re-deriving it means recomputing it from them.
-        details[str(mode)] = recompute_all(ctx, gold, overwrite=mode == Mode.FULL_REFRESH)
+        figures: dict[str, Any] = {}
+        with rederiving(ctx, [i.table for i in gold.inputs], figures):
+            figures.update(recompute_all(ctx, gold, overwrite=mode == Mode.FULL_REFRESH))
+        details[str(mode)] = figures
     return result
 
 

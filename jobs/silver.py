@@ -35,7 +35,14 @@ from pyspark.sql.streaming import DataStreamWriter
 from jobs import faults, storage
 from jobs.delta_writes import append_once
 from jobs.kinds import SilverKind, kind_for
-from jobs.runtime import JobContext, StreamResult, checkpoint_query_id, run_layer, run_stream
+from jobs.runtime import (
+    JobContext,
+    StreamResult,
+    checkpoint_query_id,
+    rederiving,
+    run_layer,
+    run_stream,
+)
 from jobs.tables import ensure_table
 from jobs.validation import (
     KEY_HINT,
@@ -275,7 +282,9 @@ def rederive_marked(
         "run_id": ctx.args.run_id,
     }
     storage.write_text(ctx.spark, marker, json.dumps(spec), overwrite=True)
-    stats = rederive(ctx, kind, window)
+    stats: dict[str, Any] = {}
+    with rederiving(ctx, ctx.stream.sources, stats):
+        stats.update(rederive(ctx, kind, window))
     storage.delete(ctx.spark, marker)
     return stats
 

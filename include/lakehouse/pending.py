@@ -12,6 +12,7 @@ the next run finishes it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,8 @@ from lakehouse.settings import Settings, SourceKind
 from lakehouse.specs import Layer, PipelineSpec
 
 if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
     from lakehouse.kafka.access import KafkaAccess
     from lakehouse.kafka.brokers import PreflightReport
     from lakehouse.s3 import S3Config
@@ -77,12 +80,9 @@ def _delta_pending(
     committed = checkpoint.committed_offsets()
     position = DeltaPosition.from_offset(committed.source(index) if committed else None)
     if position is None:
-        import pyarrow as pa
-
-        counts = pa.table(table.get_add_actions(flatten=True)).column("num_records").to_pylist()
-        rows = sum(int(n or 0) for n in counts)
+        rows = _table_rows(table)
         return Pending(
-            layer, latest + 1, rows, f"all of {source} (version {latest}, {rows:,} rows)"
+            layer, latest + 1, rows, f"all of {source} (version {latest}, {rows or 0:,} rows)"
         )
     start = position.next_unread_version
     # Only the unread commits (none when the checkpoint is at the latest version): a table's
@@ -102,6 +102,30 @@ def _delta_pending(
         rows,
         f"{len(versions)} new versions of {source} ({start}..{latest}, about {rows:,} rows)",
     )
+
+
+def _table_rows(table: DeltaTable) -> int | None:
+    """Rows in a table's current files, from the statistics its log keeps for each (None if a
+    file has none)."""
+    import pyarrow as pa
+
+    counts = pa.table(table.get_add_actions(flatten=True)).column("num_records").to_pylist()
+    return None if None in counts else sum(int(n) for n in counts)
+
+
+def whole_tables(
+    settings: Settings, layer: str, tables: Sequence[str], s3: S3Config | None = None
+) -> Pending:
+    """All of ``tables``, as a re-derivation (a reprocess or a full refresh) reads them, with
+    their rows from the Delta log: its size decides, as an increment's does, whether the work
+    is small (``Pending.small``)."""
+    from deltalake import DeltaTable
+
+    options = delta_storage_options(settings, s3)
+    counts = [_table_rows(DeltaTable(settings.path(t), storage_options=options)) for t in tables]
+    rows = None if None in counts else sum(n or 0 for n in counts)
+    size = "rows unknown" if rows is None else f"{rows:,} rows"
+    return Pending(layer, len(tables), rows, f"all of {', '.join(tables)} ({size})")
 
 
 def _landing_pending(

@@ -192,7 +192,8 @@ class Settings(_EnvModel):
     every layer task starts its own ``spark-submit``"""
     interpret_small_inputs: bool = True
     """a layer run whose input is known to be small (at most 100,000 rows, or 32 MiB of
-    landing files) evaluates its query without generated code (Spark's internal
+    landing files; for a reprocess or full refresh, the tables it re-derives from) evaluates
+    its query without generated code (Spark's internal
     ``spark.sql.codegen.factoryMode=NO_CODEGEN``): a third less time for a small delivery.
     ``false``: every query generates code, Spark's default"""
     lock_wait_s: int = Field(60, ge=0, le=86_400)
