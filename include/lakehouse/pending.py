@@ -82,7 +82,7 @@ def _delta_pending(
     if position is None:
         rows = _table_rows(table)
         return Pending(
-            layer, latest + 1, rows, f"all of {source} (version {latest}, {rows or 0:,} rows)"
+            layer, latest + 1, rows, f"all of {source} (version {latest}, {_rows_text(rows)})"
         )
     start = position.next_unread_version
     # Only the unread commits (none when the checkpoint is at the latest version): a table's
@@ -124,8 +124,11 @@ def whole_tables(
     options = delta_storage_options(settings, s3)
     counts = [_table_rows(DeltaTable(settings.path(t), storage_options=options)) for t in tables]
     rows = None if None in counts else sum(n or 0 for n in counts)
-    size = "rows unknown" if rows is None else f"{rows:,} rows"
-    return Pending(layer, len(tables), rows, f"all of {', '.join(tables)} ({size})")
+    return Pending(layer, len(tables), rows, f"all of {', '.join(tables)} ({_rows_text(rows)})")
+
+
+def _rows_text(rows: int | None) -> str:
+    return "rows unknown" if rows is None else f"{rows:,} rows"
 
 
 def _landing_pending(
