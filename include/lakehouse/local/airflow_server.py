@@ -20,6 +20,7 @@ from lakehouse.local.env import subprocess_env
 from lakehouse.settings import Settings
 
 PORT = 8080
+API_ATTEMPTS = 5
 
 
 @dataclass
@@ -28,6 +29,7 @@ class AirflowServer:
     home: Path
     env: dict[str, str]
     user: str = "admin"
+    retry_wait_s: float = 2.0
 
     @property
     def password(self) -> str:
@@ -42,16 +44,28 @@ class AirflowServer:
             return str(json.load(response)["access_token"])
 
     def api(self, method: str, path: str, payload: Any = None) -> Any:
+        """One REST call. On SQLite, Airflow answers 503 "Database is locked" when a write
+        (a backfill's creation) meets the scheduler's: the transaction was rolled back, so the
+        call is tried again, a few times, as any client of a 503 should."""
         data = None if payload is None else json.dumps(payload).encode()
-        request = urllib.request.Request(
-            f"{self.url}/api/v2{path}",
-            data,
-            {"Content-Type": "application/json", "Authorization": f"Bearer {self.token()}"},
-            method=method,
-        )
-        with urllib.request.urlopen(request, timeout=60) as response:
-            text = response.read()
-        return json.loads(text) if text else None
+        for attempt in range(1, API_ATTEMPTS + 1):
+            request = urllib.request.Request(
+                f"{self.url}/api/v2{path}",
+                data,
+                {"Content-Type": "application/json", "Authorization": f"Bearer {self.token()}"},
+                method=method,
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    text = response.read()
+                return json.loads(text) if text else None
+            except urllib.error.HTTPError as error:
+                if error.code != 503 or attempt == API_ATTEMPTS:
+                    raise
+                print(f"{method} {path}: 503 {error.read().decode(errors='replace')[:200]}; "
+                      f"trying again ({attempt}/{API_ATTEMPTS - 1})")  # fmt: skip
+                time.sleep(self.retry_wait_s * attempt)
+        raise AssertionError("unreachable")
 
     def wait_for_run(
         self, dag_id: str, run_id: str, timeout_s: float = 900, poll_s: float = 3
