@@ -11,7 +11,9 @@ It serves one job at a time over a Unix socket, to processes of its own user onl
 
 * after the run's last layer (the task says so), or after a job that did not succeed, so a
   retry starts from a fresh JVM as before;
-* when nobody asked for ``--idle-s`` seconds (a run that ended early, a task that died);
+* when nobody asked for ``--idle-s`` seconds (a run that ended early, a task that died); a
+  request that comes as it stops is never taken (a driver says ``taken`` first), and its task
+  sends it to a new driver;
 * when killed (a fault point, the task's ``on_kill``): its tasks then fail, and retry.
 
 Requests from a task whose Spark settings differ (another master, other jars or code) are
@@ -33,6 +35,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from jobs.faults import inject
 from jobs.runtime import configure_logging
 from jobs.session import build_spark
 from lakehouse.run_driver import JOBS, address, driver_file, protocol_line, same_user
@@ -104,6 +107,7 @@ def serve(server: socket.socket, fingerprint: str) -> None:
             conn, _ = server.accept()
         except TimeoutError:
             log.info("no request for %.0f s: stopping", server.gettimeout() or 0)
+            inject("driver.idle_stop")
             return
         with conn:
             if same_user(conn) and not answer(conn, fingerprint):
@@ -125,6 +129,7 @@ def answer(conn: socket.socket, fingerprint: str) -> bool:
     if request.get("fingerprint") != fingerprint or request.get("job") not in JOBS:
         send({"refused": "this driver runs other Spark settings or jobs"})
         return True
+    send({"taken": request["job"]})
     log.info("running %s %s", request["job"], " ".join(request["argv"]))
     code = run_job(request["job"], list(request["argv"]), dict(request["env"]), send)
     send({"exit": code})
@@ -154,12 +159,13 @@ def main(argv: list[str] | None = None) -> int:
         server.settimeout(args.idle_s)
         log.info("serving %s as %s", spark.sparkContext.applicationId, args.driver)
         serve(server, args.fingerprint)
+        # Stopped in order: its output has nothing a task needs (a failure keeps it). Gone
+        # before the address is free, so a next driver's log is never this one's.
+        driver_file(args.driver, ".log").unlink(missing_ok=True)
     finally:
-        server.close()
         driver_file(args.driver, ".pid").unlink(missing_ok=True)
+        server.close()
         spark.stop()
-    # Stopped in order: its output has nothing a task needs (a failure keeps it).
-    driver_file(args.driver, ".log").unlink(missing_ok=True)
     return 0
 
 

@@ -1,18 +1,23 @@
 """Fault injection for the exactly-once tests: fail or die at a named point of a batch.
 
-``LAKEHOUSE_FAULT=<point>[:kill]`` makes ``inject(<point>)`` raise ``InjectedFault`` (or, with
-``:kill``, SIGKILL the whole process group, driver JVM and Python alike, as a lost machine
-would: start the job in its own session). Unset, ``inject`` is a dictionary lookup.
+``LAKEHOUSE_FAULT=<point>[:kill|:pause]`` makes ``inject(<point>)`` raise ``InjectedFault``
+(or, with ``:kill``, SIGKILL the whole process group, driver JVM and Python alike, as a lost
+machine would: start the job in its own session; with ``:pause``, sleep ``PAUSE_S`` and go on,
+to hold a race's window open). Unset, ``inject`` is a dictionary lookup.
 Points: ``silver.after_quarantine``, ``silver.after_merge``, ``silver.after_changes`` (a
 history's changes written, not its versions), ``silver.rederive.after_changes``,
 ``silver.rederive.after_silver`` (a reprocess or full refresh between its writes),
-``gold.after_merge``, ``restore.before_checkpoint`` (a restore that dies half-way).
+``gold.after_merge``, ``restore.before_checkpoint`` (a restore that dies half-way),
+``driver.idle_stop`` (a run's driver that stops for being idle, before it stops listening).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
+
+PAUSE_S = 10.0
 
 
 class InjectedFault(RuntimeError):
@@ -28,4 +33,7 @@ def inject(point: str) -> None:
         return
     if how == "kill":
         os.killpg(os.getpgrp(), signal.SIGKILL)
+    if how == "pause":
+        time.sleep(PAUSE_S)
+        return
     raise InjectedFault(f"fault injected at {point}")

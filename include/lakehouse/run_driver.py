@@ -167,7 +167,11 @@ class RunDriver:
         out: Callable[[str], None],
     ) -> int | None:
         """Run ``job`` in the driver; its exit code, or None when the driver refused (other
-        Spark settings: run it with a spark-submit of its own)."""
+        Spark settings: run it with a spark-submit of its own).
+
+        A driver says it took a request before the job starts. One that went away without
+        saying so never started the job (it stopped for being idle as the request came): the
+        request goes once more, to a new driver."""
         request = {
             "job": job,
             "argv": list(argv),
@@ -175,19 +179,29 @@ class RunDriver:
             "last": last,
             "fingerprint": self.fingerprint,
         }
-        with self._started(start) as conn, conn.makefile("rb") as reader:
-            conn.sendall(protocol_line(request))
-            for raw in reader:
-                message = json.loads(raw)
-                if "out" in message:
-                    out(message["out"])
-                elif "exit" in message:
-                    code = int(message["exit"])
-                    if code == 0 and last:
-                        self._forget()
-                    return code
-                elif "refused" in message:
-                    return None
+        for attempt in range(2):
+            taken = False
+            try:
+                with self._started(start) as conn, conn.makefile("rb") as reader:
+                    conn.sendall(protocol_line(request))
+                    for raw in reader:
+                        message = json.loads(raw)
+                        if "taken" in message:
+                            taken = True
+                        elif "out" in message:
+                            out(message["out"])
+                        elif "exit" in message:
+                            code = int(message["exit"])
+                            if code == 0 and last:
+                                self._forget()
+                            return code
+                        elif "refused" in message:
+                            return None
+            except ConnectionError:  # reset by a driver that stopped or died: its answer ends
+                pass
+            if taken or attempt:
+                break
+            out("the run's Spark driver stopped (idle) as this request came: starting a new one")
         raise DriverLost(
             f"the run's Spark driver went away while running {job} (killed, or its JVM "
             f"died); the task's retry starts a new one. Its last output:\n{self.log_tail()}"

@@ -2,17 +2,20 @@
 by ``lakehouse.run_driver`` as the Airflow operator does): one Spark application runs the
 run's layers and stops after the last; a failed job stops it too, and so does a quiet while;
 a driver killed mid-batch fails its task with ``DriverLost`` and the retry goes on exactly
-once; a task with other Spark settings is refused (it submits its own)."""
+once; a request that comes as an idle driver stops goes to a new one; a task with other Spark
+settings is refused (it submits its own)."""
 
 from __future__ import annotations
 
 import json
 import random
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from jobs.faults import PAUSE_S
 from lakehouse.errors import DriverLost
 from lakehouse.run_driver import RunDriver, fingerprint, start
 from lakehouse.sample_data import OrderEventGenerator, render_file
@@ -120,15 +123,25 @@ def test_a_failed_or_killed_job_ends_its_driver_and_the_retry_goes_on_exactly_on
     with pytest.raises(DriverLost, match="went away while running silver"):
         run.layer("silver", LAKEHOUSE_FAULT="silver.after_merge:kill")
     assert len(run.starts) == 2 and run.starts[-1].wait(60) != 0
-    # The retry starts a third driver and commits the batch once.
+    # The retry starts a third driver and commits the batch once. (That driver will hold the
+    # moment it stops for being idle open for PAUSE_S, still listening.)
+    run.env["LAKEHOUSE_FAULT"] = "driver.idle_stop:pause"
     assert run.layer("silver")[0] == 0 and len(run.starts) == 3
+    run.env.pop("LAKEHOUSE_FAULT")
     # A task that would submit with other Spark settings is refused, and runs its own.
     other = RunDriver(run.driver.run_key, "other settings")
     refused = other.run("gold", [], {}, last=True, start=run.start, out=print)
     assert refused is None and len(run.starts) == 3
-    # Nobody asks for idle_s: the driver stops by itself; the next task starts another.
-    assert run.stopped(timeout=60) == 0
-    assert run.layer("gold", last=True)[0] == 0 and len(run.starts) == 4
+    # Nobody asks for idle_s: the driver stops by itself. A request that comes as it stops
+    # is never taken: the task sends it to a fourth driver, which runs it.
+    deadline = time.monotonic() + 60
+    while "no request for" not in run.driver.log_path.read_text(errors="replace"):
+        assert time.monotonic() < deadline, run.driver.log_tail()
+        time.sleep(0.2)
+    code, text = run.layer("gold", last=True)
+    assert code == 0 and len(run.starts) == 4, text[-2000:]
+    assert "stopped (idle) as this request came: starting a new one" in text
+    assert run.starts[2].wait(PAUSE_S + 60) == 0
     assert run.stopped() == 0
     assert lake.contract_view() == comparable(expected_tables(delivered))
     statuses = sorted(r[0] for r in lake.rows("ops/run_log", ["status"]))
