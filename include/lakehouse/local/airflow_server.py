@@ -47,25 +47,28 @@ class AirflowServer:
         """One REST call. On SQLite, Airflow answers 503 "Database is locked" when a write
         (a backfill's creation) meets the scheduler's: the transaction was rolled back, so the
         call is tried again, a few times, as any client of a 503 should."""
-        data = None if payload is None else json.dumps(payload).encode()
-        for attempt in range(1, API_ATTEMPTS + 1):
-            request = urllib.request.Request(
-                f"{self.url}/api/v2{path}",
-                data,
-                {"Content-Type": "application/json", "Authorization": f"Bearer {self.token()}"},
-                method=method,
-            )
+        for attempt in range(1, API_ATTEMPTS):
             try:
-                with urllib.request.urlopen(request, timeout=60) as response:
-                    text = response.read()
-                return json.loads(text) if text else None
+                return self._call(method, path, payload)
             except urllib.error.HTTPError as error:
-                if error.code != 503 or attempt == API_ATTEMPTS:
+                if error.code != 503:
                     raise
                 print(f"{method} {path}: 503 {error.read().decode(errors='replace')[:200]}; "
                       f"trying again ({attempt}/{API_ATTEMPTS - 1})")  # fmt: skip
                 time.sleep(self.retry_wait_s * attempt)
-        raise AssertionError("unreachable")
+        return self._call(method, path, payload)
+
+    def _call(self, method: str, path: str, payload: Any) -> Any:
+        data = None if payload is None else json.dumps(payload).encode()
+        request = urllib.request.Request(
+            f"{self.url}/api/v2{path}",
+            data,
+            {"Content-Type": "application/json", "Authorization": f"Bearer {self.token()}"},
+            method=method,
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            text = response.read()
+        return json.loads(text) if text else None
 
     def wait_for_run(
         self, dag_id: str, run_id: str, timeout_s: float = 900, poll_s: float = 3
