@@ -16,7 +16,14 @@ from pathlib import Path
 
 from lakehouse.settings import Settings
 
-BASE_DRIVER_OPTIONS = "-Duser.timezone=UTC"
+# Spark compiles each query stage into one Java method, and silver's validation (a dozen fields,
+# several rules each) makes methods beyond the 8,000 bytes of bytecode that HotSpot refuses to
+# compile by default: they ran interpreted for the whole job. Compiled, the validation of
+# 100,000 records took 1.5 s instead of 2.6 s in a warm session (B5: 6.6 -> 4.0). Drivers and
+# executors both run generated code, so both get the option.
+COMPILE_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
+BASE_EXECUTOR_OPTIONS = f"-Duser.timezone=UTC {COMPILE_HUGE_METHODS}"
+BASE_DRIVER_OPTIONS = BASE_EXECUTOR_OPTIONS
 
 # A small run is over before the optimizing compiler (C2) pays for the CPU it takes from the
 # work on a small machine: with the quick compiler only, cold layer runs of a few hundred
