@@ -290,7 +290,8 @@ def _validation_plan(record: RecordSpec) -> _Plan:
     jvm = SparkContext._jvm
     key = (id(jvm), record)
     if key not in _plans:
-        _plans.clear()  # a plan of an earlier JVM (a stopped session) is of no use
+        for stale in [k for k in _plans if k[0] != id(jvm)]:
+            del _plans[stale]  # columns of an earlier JVM are of no use
         _plans[key] = _build_plan(record)
     return _plans[key]
 
