@@ -280,20 +280,21 @@ class _Plan:
 
 # Built once per record and Spark JVM: building the columns takes about 2,000 calls into the
 # JVM (0.3 to 0.6 s in a warm driver, for every micro-batch and re-derivation), and unresolved
-# columns do not depend on the DataFrame they are applied to.
-_plans: dict[tuple[int, RecordSpec], _Plan] = {}
+# columns do not depend on the DataFrame they are applied to. The JVM they belong to is kept
+# with them (not its id, which a later gateway object could reuse).
+_plans: dict[RecordSpec, _Plan] = {}
+_plans_jvm: list[object] = [None]
 
 
 def _validation_plan(record: RecordSpec) -> _Plan:
     from pyspark import SparkContext
 
-    jvm = SparkContext._jvm
-    key = (id(jvm), record)
-    if key not in _plans:
-        for stale in [k for k in _plans if k[0] != id(jvm)]:
-            del _plans[stale]  # columns of an earlier JVM are of no use
-        _plans[key] = _build_plan(record)
-    return _plans[key]
+    if _plans_jvm[0] is not SparkContext._jvm:
+        _plans.clear()  # columns of an earlier JVM are of no use
+        _plans_jvm[0] = SparkContext._jvm
+    if record not in _plans:
+        _plans[record] = _build_plan(record)
+    return _plans[record]
 
 
 def _build_plan(record: RecordSpec) -> _Plan:
@@ -319,9 +320,7 @@ def _build_plan(record: RecordSpec) -> _Plan:
     stages.append(tuple(_text_of(spec).alias(_text(spec.name)) for spec in record.fields))
     # 3. Compute the parts the rules share, then check each field.
     parts = {spec.name: _parts(spec, raw) for spec in record.fields}
-    stages.append(
-        tuple(c.alias(_part(n, label)) for n in names for label, c in parts[n].items())
-    )
+    stages.append(tuple(c.alias(_part(n, label)) for n in names for label, c in parts[n].items()))
     checks = {spec.name: _check(spec) for spec in record.fields}
     stages.append(
         (

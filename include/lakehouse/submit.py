@@ -16,7 +16,7 @@ from pathlib import Path
 
 from lakehouse.fs import write_private
 from lakehouse.jars import spark_jars
-from lakehouse.jvm import BASE_EXECUTOR_OPTIONS, driver_java_options
+from lakehouse.jvm import BASE_JVM_OPTIONS, driver_java_options
 from lakehouse.secrets import PROTECTED_SPARK_CONF, REDACTION_REGEX
 from lakehouse.settings import Settings
 
@@ -90,7 +90,7 @@ def base_spark_conf(settings: Settings) -> dict[str, str]:
         # All timestamps are UTC, in SQL and in the JVM.
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.extraJavaOptions": driver_java_options(settings, LOG4J_CONFIG),
-        "spark.executor.extraJavaOptions": BASE_EXECUTOR_OPTIONS,
+        "spark.executor.extraJavaOptions": BASE_JVM_OPTIONS,
         # 200 shuffle partitions and 50 Delta snapshot partitions are pure overhead on small
         # machines; both scale with the cores here.
         "spark.sql.shuffle.partitions": partitions,
