@@ -34,7 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
 from jobs import run_markers, storage
-from jobs.delta_state import is_delta_table, table_version
+from jobs.delta_state import is_delta_table, prefetch_transactions, table_version
 from jobs.guards import check_checkpoint
 from jobs.session import build_spark, interpreted
 from jobs.tables import ensure_table
@@ -449,6 +449,14 @@ def rederiving(ctx: JobContext, tables: Sequence[str], details: dict[str, Any]) 
 
 
 def _run_query(ctx: JobContext, make_writer: Callable[[], DataStreamWriter]) -> StreamResult:
+    prefetched = prefetch_transactions(ctx.spark, [ctx.path(t) for t in ctx.stream.targets])
+    try:
+        return _await_query(ctx, make_writer)
+    finally:
+        prefetched()
+
+
+def _await_query(ctx: JobContext, make_writer: Callable[[], DataStreamWriter]) -> StreamResult:
     query = (
         make_writer()
         .option("checkpointLocation", ctx.checkpoint)

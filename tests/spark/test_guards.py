@@ -119,3 +119,27 @@ def test_the_guard_reads_from_the_checksum_what_the_state_holds(lake: Lake) -> N
         crc.unlink()
     jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
     assert checked("silver/orders", with_checksum=False) == (files, transactions)
+
+
+def test_a_run_reconstructs_the_state_its_writes_ask_for_in_the_background(lake: Lake) -> None:
+    """The state an idempotent write asks its snapshot for (the writers' transaction
+    versions) is reconstructed beside the stream, the same state the write would find; a
+    table that is not there is left for the write to meet."""
+    from jobs.delta_state import _snapshot, prefetch_transactions, table_state
+
+    deliver_and_run(lake, OrderEventGenerator(seed=78), 20)
+    jvm = lake.spark.sparkContext._jvm
+    assert jvm is not None
+    jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+    location = lake.settings.path("silver/orders")
+    assert not _snapshot(lake.spark, location)._computedStateTriggered()
+
+    prefetch_transactions(lake.spark, [lake.settings.path("silver/nowhere"), location])()
+    assert not (lake.root / "silver" / "nowhere").exists()
+
+    snapshot = _snapshot(lake.spark, location)
+    assert snapshot._computedStateTriggered()
+    to_java = jvm.scala.jdk.javaapi.CollectionConverters.asJava
+    transactions = {str(k): int(v) for k, v in to_java(snapshot.transactions()).items()}
+    assert transactions == table_state(lake.spark, location).txn_versions
+    assert list(transactions.values()) == [0]  # one stream, batch 0
