@@ -45,7 +45,7 @@ VALID_COL = "is_valid"
 REASONS_COL = "reasons"
 REASON_COL = "reason"
 
-_WRAPPED, _SINGLE, _REASONS = "__wrapped", "__single", "__reasons"
+_WRAPPED, _DOC, _REASONS = "__wrapped", "__doc", "__reasons"
 
 
 def _sub(name: str) -> str:
@@ -250,11 +250,10 @@ def _text_of(spec: FieldSpec) -> Column:
     return text
 
 
-def _not_object(wrapped: Column) -> Column:
-    """The parsed record (the first element of ``wrapped``) is not a JSON object: only an
-    object casts to a struct (by field name; the one asked for need not exist), which is
-    cheaper than naming the record's type."""
-    return F.try_variant_get(wrapped, "$[0]", "struct<`__object`: variant>").isNull()
+def _not_object(doc: Column) -> Column:
+    """The parsed record is not a JSON object: only an object casts to a struct (by field
+    name; the one asked for need not exist), which is cheaper than naming the record's type."""
+    return F.try_variant_get(doc, "$", "struct<`__object`: variant>").isNull()
 
 
 def _listed(violation: Column) -> Column:
@@ -305,13 +304,17 @@ def _build_plan(record: RecordSpec) -> _Plan:
 
     # 1. Parse once; keep the record only if it is exactly one JSON value.
     stages.append((F.try_parse_json(_in_array(raw)).alias(_WRAPPED),))
-    stages.append((_single_json(raw, F.col(_WRAPPED)).alias(_SINGLE),))
-    # 2. Extract each field once: its VARIANT, JSON type (null when absent, VOID for null), text.
-    # Read straight from the array (a record that is not one JSON value is refused whatever
-    # its fields hold): taking the record out as a VARIANT of its own would copy it first.
-    wrapped = F.col(_WRAPPED)
     stages.append(
-        tuple(F.try_variant_get(wrapped, f"$[0].{n}", "variant").alias(_sub(n)) for n in names)
+        (
+            F.when(
+                _single_json(raw, F.col(_WRAPPED)),
+                F.try_variant_get(F.col(_WRAPPED), "$[0]", "variant"),
+            ).alias(_DOC),
+        )
+    )
+    # 2. Extract each field once: its VARIANT, JSON type (null when absent, VOID for null), text.
+    stages.append(
+        tuple(F.try_variant_get(F.col(_DOC), f"$.{n}", "variant").alias(_sub(n)) for n in names)
     )
     stages.append(tuple(F.schema_of_variant(F.col(_sub(n))).alias(_type(n)) for n in names))
     stages.append(tuple(_text_of(spec).alias(_text(spec.name)) for spec in record.fields))
@@ -328,9 +331,9 @@ def _build_plan(record: RecordSpec) -> _Plan:
     # 4. Combine: a record-level problem, else every field's broken rule, in field order.
     record_violation = (
         F.when(raw_bytes.isNotNull(), F.lit("invalid_utf8"))
-        .when(~F.col(_SINGLE) & _only_duplicate_keys(raw), F.lit("duplicate_key"))
-        .when(~F.col(_SINGLE), F.lit("not_json"))
-        .when(_not_object(wrapped), F.lit("not_object"))
+        .when(F.col(_DOC).isNull() & _only_duplicate_keys(raw), F.lit("duplicate_key"))
+        .when(F.col(_DOC).isNull(), F.lit("not_json"))
+        .when(_not_object(F.col(_DOC)), F.lit("not_object"))
     )
     violations = []
     for spec in record.fields:
@@ -362,7 +365,7 @@ def _build_plan(record: RecordSpec) -> _Plan:
         F.col(_REASONS).alias(REASONS_COL),
         F.get(F.col(_REASONS), 0).alias(REASON_COL),
         valid.alias(VALID_COL),
-        F.when(F.col(_SINGLE), F.col(_text(record.event_id))).alias("raw_event_id"),
+        F.when(F.col(_DOC).isNotNull(), F.col(_text(record.event_id))).alias("raw_event_id"),
     )
     return _Plan(tuple(stages), outputs)
 
