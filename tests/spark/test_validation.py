@@ -81,6 +81,10 @@ VALID = {
 
 INVALID = {
     "not json": (b"hello", "not_json"),
+    # Wrapped as "[...]" these parse as an empty array: still no JSON value.
+    "empty": (b"", "not_json"),
+    "blank": (b" \t ", "not_json"),
+    "carriage return": (b"\r", "not_json"),
     "truncated": (rec()[:-3], "not_json"),
     "trailing garbage": (rec() + b" xyz", "not_json"),
     "two objects": (rec() + rec(event_id="e2"), "not_json"),
