@@ -18,7 +18,7 @@ reads them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -280,21 +280,27 @@ class _Plan:
 
 # Built once per record and Spark JVM: building the columns takes about 2,000 calls into the
 # JVM (0.3 to 0.6 s in a warm driver, for every micro-batch and re-derivation), and unresolved
-# columns do not depend on the DataFrame they are applied to. The JVM they belong to is kept
-# with them (not its id, which a later gateway object could reuse).
-_plans: dict[RecordSpec, _Plan] = {}
-_plans_jvm: list[object] = [None]
+# columns do not depend on the DataFrame they are applied to.
+@dataclass
+class _PlanCache:
+    """The plans of one JVM, kept with the JVM itself (not its id, which a later gateway
+    object could reuse): columns of an earlier JVM are of no use."""
+
+    jvm: object = None
+    plans: dict[RecordSpec, _Plan] = field(default_factory=dict)
+
+
+_cache = _PlanCache()
 
 
 def _validation_plan(record: RecordSpec) -> _Plan:
     from pyspark import SparkContext
 
-    if _plans_jvm[0] is not SparkContext._jvm:
-        _plans.clear()  # columns of an earlier JVM are of no use
-        _plans_jvm[0] = SparkContext._jvm
-    if record not in _plans:
-        _plans[record] = _build_plan(record)
-    return _plans[record]
+    if _cache.jvm is not SparkContext._jvm:
+        _cache.jvm, _cache.plans = SparkContext._jvm, {}
+    if record not in _cache.plans:
+        _cache.plans[record] = _build_plan(record)
+    return _cache.plans[record]
 
 
 def _build_plan(record: RecordSpec) -> _Plan:
