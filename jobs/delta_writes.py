@@ -100,6 +100,11 @@ def rows_written_since(
 
 
 PRESENT = "_present"
+_NEW, _HELD = "_new", "_held"
+
+
+def _held(column: str) -> str:
+    return f"_held_{column}"
 
 
 def replace_scope(
@@ -133,10 +138,21 @@ def replace_scope(
         in_scope_df = in_scope_df.join(
             F.broadcast(scope_df.select(*scope).distinct()), list(scope), "left_semi"
         )
-    in_scope_df = in_scope_df.select(*columns)
-    same_row = [F.col(f"n.{c}").eqNullSafe(F.col(f"o.{c}")) for c in columns]
-    changed_df = new_df.alias("n").join(in_scope_df.alias("o"), reduce(and_, same_row), "left_anti")
-    gone_df = in_scope_df.select(*row_key).join(new_df.select(*row_key), list(row_key), "left_anti")
+    # One join of the new rows with the held ones on the row key (two nulls are equal, as
+    # no MERGE would match them, so such a row is never both inserted and deleted): each
+    # side is computed once. A new row with no held row, or one that differs in any column,
+    # goes in; a held row with no new row goes out; a row the same on both sides is left out.
+    new_side = new_df.select(*columns, F.lit(True).alias(_NEW))
+    held_side = in_scope_df.select(
+        *[F.col(c).alias(_held(c)) for c in columns], F.lit(True).alias(_HELD)
+    )
+    joined_df = new_side.join(
+        held_side,
+        reduce(and_, [F.col(c).eqNullSafe(F.col(_held(c))) for c in row_key]),
+        "full_outer",
+    )
+    is_new, is_held = F.col(_NEW).isNotNull(), F.col(_HELD).isNotNull()
+    same = reduce(and_, [F.col(c).eqNullSafe(F.col(_held(c))) for c in values], F.lit(True))
     # Computed once and kept in the block stores with its lineage cut, not cached: a cached
     # plan reads the target, and after its commit the MERGE re-caches every cached plan that
     # reads the target, planning it again against the new version (a whole reconstruction
@@ -144,8 +160,16 @@ def replace_scope(
     # when the DataFrame does; an executor lost before the MERGE fails the batch, and the
     # run's retry does it again (the MERGE is idempotent).
     source_df = (
-        changed_df.withColumn(PRESENT, F.lit(True))
-        .unionByName(gone_df.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True)
+        joined_df.where(~(is_new & is_held & same))
+        .select(
+            *[
+                F.when(is_new, F.col(c)).otherwise(F.col(_held(c))).alias(c)
+                if c in row_key
+                else F.col(c)
+                for c in columns
+            ],
+            is_new.alias(PRESENT),
+        )
         .localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
     )
     if source_df.isEmpty():
