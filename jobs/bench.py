@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -541,6 +542,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results: list[Result] = []
     extra: dict[str, Any] = {}
+    failed: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="lakehouse-bench-") as tmp:
         work = Path(tmp)
         spark = build_spark("lakehouse-bench", settings, master="local[*]")
@@ -559,10 +561,17 @@ def main(argv: list[str] | None = None) -> int:
             if wanted and name not in wanted:
                 continue
             print(f"bench {name} ...", flush=True)
-            step()
+            try:
+                step()
+            except Exception as exc:  # the other benchmarks still run and are reported
+                traceback.print_exc()
+                failed[name] = f"{type(exc).__name__}: {exc}"
+                print(f"bench {name} FAILED: {failed[name]}", flush=True)
         spark.stop()
     table = render(results, extra)
     print(table)
+    for name, error in failed.items():
+        print(f"not measured: {name} ({error})")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
@@ -573,12 +582,13 @@ def main(argv: list[str] | None = None) -> int:
                 "cores": os.cpu_count(),
                 "results": [r.__dict__ | {"met": r.met} for r in results],
                 "extra": extra,
+                "failed": failed,
             },
             indent=2,
         )
     )
     print(f"written to {out}")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

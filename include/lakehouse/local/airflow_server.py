@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -53,8 +54,7 @@ class AirflowServer:
             except urllib.error.HTTPError as error:
                 if error.code != 503:
                     raise
-                print(f"{method} {path}: 503 {error.read().decode(errors='replace')[:200]}; "
-                      f"trying again ({attempt}/{API_ATTEMPTS - 1})")  # fmt: skip
+                print(f"{method} {path}: {error.msg}; trying again ({attempt}/{API_ATTEMPTS - 1})")
                 time.sleep(self.retry_wait_s * attempt)
         return self._call(method, path, payload)
 
@@ -66,8 +66,13 @@ class AirflowServer:
             {"Content-Type": "application/json", "Authorization": f"Bearer {self.token()}"},
             method=method,
         )
-        with urllib.request.urlopen(request, timeout=60) as response:
-            text = response.read()
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                text = response.read()
+        except urllib.error.HTTPError as error:
+            # What the server said, in the error itself (its body can be read only once).
+            error.msg = f"{error.msg}: {error.read().decode(errors='replace')[:300]}"
+            raise
         return json.loads(text) if text else None
 
     def wait_for_run(
@@ -154,6 +159,12 @@ def airflow_server(home: Path, logs: Path, **env_overrides: str) -> Iterator[Air
         else:
             raise TimeoutError("orders_pipeline was not parsed in 180s")
         yield server
+    except BaseException:
+        # The services' own account of what went wrong, before their scratch home goes.
+        for path in sorted(logs.glob("airflow-*.log")):
+            tail = path.read_text(errors="replace").splitlines()[-40:]
+            print(f"--- last lines of {path.name}:", *tail, sep="\n", file=sys.stderr)
+        raise
     finally:
         for process in processes:
             try:
