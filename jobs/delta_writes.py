@@ -17,7 +17,7 @@ from operator import and_
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.session import session_conf
@@ -103,7 +103,7 @@ PRESENT = "_present"
 _NEW, _HELD = "_new", "_held"
 
 
-def _held(column: str) -> str:
+def _held_name(column: str) -> str:
     return f"_held_{column}"
 
 
@@ -144,15 +144,15 @@ def replace_scope(
     # goes in; a held row with no new row goes out; a row the same on both sides is left out.
     new_side = new_df.select(*columns, F.lit(True).alias(_NEW))
     held_side = in_scope_df.select(
-        *[F.col(c).alias(_held(c)) for c in columns], F.lit(True).alias(_HELD)
+        *[F.col(c).alias(_held_name(c)) for c in columns], F.lit(True).alias(_HELD)
     )
-    joined_df = new_side.join(
-        held_side,
-        reduce(and_, [F.col(c).eqNullSafe(F.col(_held(c))) for c in row_key]),
-        "full_outer",
-    )
+
+    def equal(names: Sequence[str]) -> Column:
+        return reduce(and_, [F.col(c).eqNullSafe(F.col(_held_name(c))) for c in names], F.lit(True))
+
+    joined_df = new_side.join(held_side, equal(row_key), "full_outer")
     is_new, is_held = F.col(_NEW).isNotNull(), F.col(_HELD).isNotNull()
-    same = reduce(and_, [F.col(c).eqNullSafe(F.col(_held(c))) for c in values], F.lit(True))
+    same = equal(values)
     # Computed once and kept in the block stores with its lineage cut, not cached: a cached
     # plan reads the target, and after its commit the MERGE re-caches every cached plan that
     # reads the target, planning it again against the new version (a whole reconstruction
@@ -163,7 +163,7 @@ def replace_scope(
         joined_df.where(~(is_new & is_held & same))
         .select(
             *[
-                F.when(is_new, F.col(c)).otherwise(F.col(_held(c))).alias(c)
+                F.when(is_new, F.col(c)).otherwise(F.col(_held_name(c))).alias(c)
                 if c in row_key
                 else F.col(c)
                 for c in columns
