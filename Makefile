@@ -29,7 +29,7 @@ $(STAMP): requirements.txt pyproject.toml
 	@touch $@
 
 .PHONY: setup
-setup: $(STAMP) ## Virtual environment, JVM jars and Airflow home (idempotent)
+setup: $(STAMP) ## Virtual environment, JVM jars, the project's JVM code and Airflow home (idempotent)
 	@$(PY) -c "from lakehouse.jars import resolve_all; from lakehouse.settings import Settings; resolve_all(Settings.from_env())"
 	@$(PY) -m lakehouse.local.airflow_home
 	@$(PY) -m lakehouse.local.warmup

@@ -5,15 +5,22 @@
 Kafka source), ``s3`` (s3a), ``kafka`` (the local broker). Jars that Spark already ships
 (by artifact name, whatever the version) are left out, exactly as ``--packages`` would keep
 Spark's own copies first.
+
+The project's own JVM code (``jvm/src``: the record validator) is compiled here too, against
+the jars pyspark ships, into a jar named by a hash of its sources and the Spark version: a
+change to either builds a new one, and every session carries it with the others.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from functools import cache
 from importlib.metadata import version
 from pathlib import Path
@@ -85,8 +92,9 @@ def jar_files(settings: Settings, jar_set: str) -> list[Path]:
 
 
 def spark_jars(settings: Settings) -> list[str]:
-    """The jars a Spark session or job gets: Delta and Kafka, and s3a for a root on S3."""
-    jars = jar_files(settings, "spark")
+    """The jars a Spark session or job gets: the project's, Delta and Kafka, and s3a for a
+    root on S3."""
+    jars = [project_jar(settings, must_exist=True), *jar_files(settings, "spark")]
     if settings.root.startswith("s3a://"):
         jars += jar_files(settings, "s3")
     return [str(p) for p in jars]
@@ -166,6 +174,73 @@ def resolve(settings: Settings, jar_set: str, maven_repo: Path) -> list[Path]:
     return jar_files(settings, jar_set)
 
 
+def _project_sources(settings: Settings) -> list[Path]:
+    return sorted((settings.project_dir / "jvm" / "src").rglob("*.java"))
+
+
+def project_jar(settings: Settings, *, must_exist: bool = False) -> Path:
+    """Where the jar of the project's JVM code for these sources and this Spark is (built by
+    ``build_project_jar``); ``must_exist`` raises ``JarsMissing`` when it is not built."""
+    sources = _project_sources(settings)
+    digest = hashlib.sha256(version("pyspark").encode())
+    for source in sources:
+        digest.update(source.relative_to(settings.project_dir).as_posix().encode())
+        digest.update(source.read_bytes())
+    jar = jar_dir(settings, "lakehouse") / f"lakehouse-jvm-{digest.hexdigest()[:12]}.jar"
+    if must_exist and not jar.exists():
+        raise JarsMissing(f"The project's JVM code ({len(sources)} sources) is not built: {jar}.")
+    return jar
+
+
+def _javac() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "javac").exists():
+        return str(Path(java_home) / "bin" / "javac")
+    found = shutil.which("javac")
+    if found is None:
+        raise JarsMissing(
+            "A Java compiler (javac) is needed once to build the project's JVM code.",
+            "Install a JDK 17 or newer (e.g. openjdk-17-jdk-headless) and rerun `make setup`.",
+        )
+    return found
+
+
+def build_project_jar(settings: Settings) -> Path:
+    """Compile ``jvm/src`` into ``project_jar`` (Java 17 bytecode); a no-op when it is built."""
+    import pyspark
+
+    jar = project_jar(settings)
+    if jar.exists():
+        return jar
+    spark_jars_dir = Path(pyspark.__file__).parent / "jars"
+    classpath = [str(p) for p in sorted(spark_jars_dir.glob("*.jar"))]
+    sources = _project_sources(settings)
+    print(f"compiling the project's JVM code ({len(sources)} sources)", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        classes = Path(tmp) / "classes"
+        javac = [_javac(), "--release", "17", "-Xlint:all,-path,-serial", "-Werror"]
+        result = subprocess.run(
+            [*javac, "-cp", os.pathsep.join(classpath), "-d", str(classes), *map(str, sources)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            sys.stderr.write(result.stdout + result.stderr)
+            raise JarsMissing(
+                "The project's JVM code (jvm/src) did not compile.",
+                "The compiler's messages are above: fix the source and rerun `make setup`.",
+            )
+        jar.parent.mkdir(parents=True, exist_ok=True)
+        partial = jar.with_suffix(".partial")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
+            for path in sorted(classes.rglob("*.class")):
+                archive.write(path, path.relative_to(classes).as_posix())
+        partial.replace(jar)
+    return jar
+
+
 # What ``make setup`` resolves. The s3 set (640 MB) is resolved by ``make s3-up``, or here
 # when the root is already on s3a.
 SETUP_SETS = ("spark", "kafka")
@@ -180,3 +255,4 @@ def resolve_all(settings: Settings, jar_sets_wanted: tuple[str, ...] | None = No
     for jar_set in wanted:
         files = resolve(settings, jar_set, maven_repo)
         print(f"{jar_set} jars: {len(files)} in {jar_dir(settings, jar_set)}")
+    print(f"the project's JVM code: {build_project_jar(settings)}")

@@ -56,12 +56,15 @@ def _java_identity() -> str:
 def cds_archive_path(settings: Settings) -> Path:
     import importlib.metadata
 
+    from lakehouse.jars import project_jar
+
     marker = settings.jar_cache / "spark" / ".resolved"
     identity = "|".join(
         [
             _java_identity(),
             importlib.metadata.version("pyspark"),
             marker.read_text() if marker.exists() else "",
+            project_jar(settings).name,
         ]
     )
     digest = hashlib.sha256(identity.encode()).hexdigest()[:12]

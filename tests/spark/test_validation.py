@@ -91,6 +91,10 @@ INVALID = {
     "two values": (rec() + b", 1", "not_json"),
     "bracket then object": (rec() + b"] {}", "not_json"),
     "NaN": (raw_total("NaN"), "not_json"),
+    # JSON text has no byte order mark, single quotes or raw control characters.
+    "byte order mark": (b"\xef\xbb\xbf" + rec(), "not_json"),
+    "single quotes": (b"{'event_id': 'e1'}", "not_json"),
+    "control character in a string": (rec().replace(b"eu-west", b"eu\x01west"), "not_json"),
     "empty object": (b"{}", "missing:event_id"),
     "array": (b"[" + rec() + b"]", "not_object"),
     "number": (b"123", "not_object"),
@@ -223,6 +227,29 @@ def test_values_are_kept_as_the_contract_says(
     if isinstance(oracle_value, datetime):
         oracle_value = oracle_value.astimezone(UTC).replace(tzinfo=None)
     assert oracle_value == value
+
+
+def test_the_quarantine_gets_the_event_id_as_far_as_it_can_be_read(spark: SparkSession) -> None:
+    lines = [
+        rec(event_id=17, region=""),  # an integer: its decimal text
+        rec(event_id="e9", total="abc"),
+        raw_field("event_id", "1.50"),  # another scalar: its JSON text
+        rec(event_id={"a": 1}),
+        rec()[:-1] + b', "region": "x"}',  # not read: a duplicate key
+        b"[1]",
+    ]
+    lines_df = spark.createDataFrame([(bytearray(line),) for line in lines], "b binary")
+    records_df = with_raw_record(lines_df.select(F.col("b").cast("string").alias("value")))
+    rows = with_validation(records_df, ORDERS.record).collect()
+    assert [r["raw_event_id"] for r in rows] == ["17", "e9", "1.50", None, None, None]
+    assert [r["is_valid"] for r in rows] == [False] * len(lines)
+
+
+def test_a_kafka_message_without_a_value_is_not_json(spark: SparkSession) -> None:
+    records_df = spark.createDataFrame([(None, None)], "raw_value string, raw_bytes binary")
+    row = with_validation(records_df, ORDERS.record).first()
+    assert row is not None
+    assert (row["is_valid"], row["reasons"], row["raw_event_id"]) == (False, ["not_json"], None)
 
 
 def test_line_endings_and_blank_lines(spark: SparkSession) -> None:
