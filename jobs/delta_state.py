@@ -20,7 +20,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs import storage
-from jobs.tables import quote_path
 
 log = logging.getLogger("lakehouse.delta_state")
 
@@ -78,6 +77,15 @@ def table_version(spark: SparkSession, location: str) -> int:
     """The table's latest version, from its log (``DESCRIBE HISTORY`` would run a Spark job
     to read the last commit; every layer run asks this two or three times)."""
     return int(_snapshot(spark, location).version())
+
+
+def table_properties(spark: SparkSession, location: str) -> dict[str, str]:
+    """The table's properties (``TBLPROPERTIES``), from its latest metadata (no Spark job)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    configuration = _snapshot(spark, location).metadata().configuration()
+    to_java = jvm.scala.jdk.javaapi.CollectionConverters.asJava
+    return {str(k): str(v) for k, v in to_java(configuration).items()}
 
 
 def table_state(spark: SparkSession, location: str) -> TableState:
@@ -154,8 +162,11 @@ class Commit:
 
 def history(spark: SparkSession, location: str) -> dict[int, Commit]:
     """Every commit the log still holds, by version (times in UTC)."""
+    from delta.tables import DeltaTable
+
     rows = (
-        spark.sql(f"DESCRIBE HISTORY {quote_path(location)}")
+        DeltaTable.forPath(spark, location)
+        .history()
         # As epoch microseconds: collected timestamps would be in the driver's local zone.
         .select(
             "version", F.unix_micros("timestamp").alias("micros"), "operation", "operationMetrics"

@@ -30,7 +30,7 @@ from lakehouse.settings import Settings
 if TYPE_CHECKING:
     from lakehouse.s3 import S3Config
 
-__all__ = ["LOCK_DIR", "TableLocks", "check_held", "table_locks"]
+__all__ = ["LOCK_DIR", "TableLocks", "check_held", "holds", "table_locks"]
 
 log = logging.getLogger("lakehouse.locks")
 
@@ -71,6 +71,11 @@ def check_held() -> None:
     Every commit of a job goes through here first."""
     for locks in list(_held):
         locks.check()
+
+
+def holds(table: str) -> bool:
+    """Whether this process holds the write lease of ``table`` (its writer is running here)."""
+    return any(lease.table == table for locks in _held for lease in locks.leases)
 
 
 def on_any_lost(callback: Callable[[LeaseLost], None]) -> None:

@@ -166,6 +166,21 @@ BRONZE_SCHEMA = (
     "ingested_at TIMESTAMP, ingest_date DATE, time_hint TIMESTAMP, key_hint STRING, "
     "replayed_at TIMESTAMP"
 )
+# Bronze keeps file statistics of the columns a query filters on (the hints a reprocess reads,
+# the Kafka lineage a replay matches, the times): not of the record's text or bytes, whose
+# minimum and maximum no query can use and which cost a third of a bronze write to collect.
+BRONZE_STATS_COLUMNS = (
+    "source",
+    "source_file_modified_at",
+    "kafka_topic",
+    "kafka_partition",
+    "kafka_offset",
+    "kafka_timestamp",
+    "ingested_at",
+    "time_hint",
+    "key_hint",
+    "replayed_at",
+)
 
 
 def quarantine_schema(time_field: str) -> str:
@@ -695,6 +710,7 @@ class PipelineSpec:
                     description="Every delivered record, valid or not, exactly once, as raw text.",
                     schema=BRONZE_SCHEMA,
                     partition_by=("ingest_date",),
+                    properties={"delta.dataSkippingStatsColumns": ",".join(BRONZE_STATS_COLUMNS)},
                     allow_full_refresh=False,
                 )
             )
