@@ -99,6 +99,10 @@ def base_spark_conf(settings: Settings) -> dict[str, str]:
         # VACUUM lists a table's folders in this many tasks (10,000 by default: half an hour
         # of task overhead on a two-core machine for a table of a few hundred files).
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": partitions,
+        # A write partitioned by a column most batches hold one value of (bronze's ingest
+        # date) keeps a file open per value instead of sorting every row by it first (up to
+        # two values in a task, a batch across midnight; more fall back to the sort).
+        "spark.sql.maxConcurrentOutputFileWriters": "2",
         "spark.ui.showConsoleProgress": "false",
         # PySpark's call-site capture makes every DataFrame function call several more JVM
         # round trips (session, configuration, origin set and cleared): building silver's
