@@ -44,12 +44,7 @@ class TableState:
     jsnapshot: Any  # the JVM Snapshot, for files()
 
     def file_count(self) -> int:
-        """How many data files the snapshot has: from the version's checksum when it has one
-        (no Spark job), else from the snapshot's state."""
-        checksum = _checksum(self.jsnapshot)
-        if checksum is not None:
-            return int(checksum.numFiles())
-        return int(self.jsnapshot.numOfFiles())
+        return _file_count(self.jsnapshot)
 
     def files(self, spark: SparkSession) -> DataFrame:
         """The snapshot's data files: ``path``, ``size``, ``partitionValues``."""
@@ -71,6 +66,20 @@ def _snapshot(spark: SparkSession, location: str) -> Any:
     delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
     none = jvm.scala.Option.empty()
     return delta_log.update(False, none, none)
+
+
+def _file_count(snapshot: Any) -> int:
+    """How many data files a snapshot has: from the version's checksum when it has one (no
+    Spark job), else from the snapshot's state."""
+    checksum = _checksum(snapshot)
+    if checksum is not None:
+        return int(checksum.numFiles())
+    return int(snapshot.numOfFiles())
+
+
+def has_no_files(spark: SparkSession, location: str) -> bool:
+    """Whether the table's latest version holds no data file (an empty table)."""
+    return _file_count(_snapshot(spark, location)) == 0
 
 
 def table_version(spark: SparkSession, location: str) -> int:

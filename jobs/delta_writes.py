@@ -6,6 +6,10 @@
 Delta skips a write whose version is not above the one recorded, as its own streaming sink does.
 Every write first checks that the job still holds its tables' write leases
 (``lakehouse.locks.check_held``): a writer that lost its lease commits nothing.
+
+A MERGE into a table that holds no file yet (a first load, a new pipeline on a backlog)
+matches nothing and inserts every row: it is written as the append it amounts to, with the
+same transaction id, which skips the MERGE's search for matches and its rewrite.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from jobs.delta_state import has_no_files
 from jobs.session import session_conf
 from lakehouse.locks import check_held
 
@@ -58,6 +63,9 @@ def upsert_newer(
     from delta.tables import DeltaTable
 
     spark = source_df.sparkSession
+    if has_no_files(spark, location):
+        append_once(source_df, location, app_id, batch_id)
+        return
     with dml_transaction(spark, app_id, batch_id):
         (
             DeltaTable.forPath(spark, location)
@@ -130,6 +138,8 @@ def replace_scope(
     from delta.tables import DeltaTable
 
     spark = new_df.sparkSession
+    if has_no_files(spark, location):
+        return _insert_all(new_df, location, app_id, batch_id)
     target = DeltaTable.forPath(spark, location)
     columns = list(new_df.columns)
     values = [c for c in columns if c not in row_key]
@@ -187,4 +197,18 @@ def replace_scope(
     else:
         with dml_transaction(spark, app_id, batch_id):
             merge.execute()
+    return True
+
+
+def _insert_all(new_df: DataFrame, location: str, app_id: str | None, batch_id: int | None) -> bool:
+    """``replace_scope`` into a table with no file: the new rows, appended (computed once);
+    nothing to write commits nothing."""
+    rows_df = new_df.localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
+    if rows_df.isEmpty():
+        return False
+    if app_id is None or batch_id is None:
+        check_held()
+        rows_df.write.format("delta").mode("append").save(location)
+    else:
+        append_once(rows_df, location, app_id, batch_id)
     return True

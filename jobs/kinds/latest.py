@@ -44,9 +44,11 @@ class LatestKind:
             state_df, self.location, keys_df, (self.shape.key,), (self.shape.key,)
         )
         merged = last_commit_metrics(self.ctx.spark, self.location) if changed else {}
+        # A MERGE's figures; into an empty table the rows were appended (``numOutputRows``).
+        inserted = merged.get("numTargetRowsInserted", merged.get("numOutputRows", 0))
         return {
             "keys_in_window": keys_df.count(),
             "rows_updated": int(merged.get("numTargetRowsUpdated", 0)),
-            "rows_inserted": int(merged.get("numTargetRowsInserted", 0)),
+            "rows_inserted": int(inserted),
             "rows_deleted": int(merged.get("numTargetRowsDeleted", 0)),
         }

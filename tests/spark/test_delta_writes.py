@@ -44,3 +44,38 @@ def test_replace_scope_changes_only_what_differs(lake: Lake) -> None:
     # No scope: the whole table becomes the new rows.
     assert replace_scope(new_df, location, None, ("part",), ("k",))
     assert rows(lake, location) == {(1, "a", None), (2, "a", "z"), (4, "a", "w")}
+
+
+def test_writes_into_an_empty_table_are_idempotent_appends(lake: Lake) -> None:
+    """A first load MERGEs into a table with no file: written as the append it amounts to,
+    with the batch's transaction id, so the same batch again changes nothing."""
+    from jobs.delta_state import table_version
+    from jobs.delta_writes import replace_scope, upsert_newer
+
+    spark = lake.spark
+    location = lake.settings.path("silver/empty_then_merged")
+    spark.createDataFrame([], SCHEMA).write.format("delta").save(location)
+    batch_df = spark.createDataFrame([(1, "a", "x"), (2, "a", "y")], SCHEMA)
+
+    upsert_newer(batch_df, location, "t.k = s.k", "s.v > t.v", "query-1", 0)
+    assert rows(lake, location) == {(1, "a", "x"), (2, "a", "y")}
+    assert lake.delta("silver/empty_then_merged").history(1)[0]["operation"] == "WRITE"
+    version = table_version(spark, location)
+    upsert_newer(batch_df, location, "t.k = s.k", "s.v > t.v", "query-1", 0)  # a replay
+    assert table_version(spark, location) == version
+    # Once the table holds files, the next batch is a MERGE: newer rows win, others stay.
+    later_df = spark.createDataFrame([(1, "a", "w"), (2, "a", "z")], SCHEMA)
+    upsert_newer(later_df, location, "t.k = s.k", "s.v > t.v", "query-1", 1)
+    assert rows(lake, location) == {(1, "a", "x"), (2, "a", "z")}
+    assert lake.delta("silver/empty_then_merged").history(1)[0]["operation"] == "MERGE"
+
+    gold = lake.settings.path("gold/empty_then_replaced")
+    spark.createDataFrame([], SCHEMA).write.format("delta").save(gold)
+    empty_df = spark.createDataFrame([], SCHEMA)
+    assert not replace_scope(empty_df, gold, None, ("part",), ("k",), app_id="q", batch_id=0)
+    assert table_version(spark, gold) == 0  # nothing to write commits nothing
+    assert replace_scope(batch_df, gold, None, ("part",), ("k",), app_id="q", batch_id=0)
+    assert rows(lake, gold) == {(1, "a", "x"), (2, "a", "y")}
+    # Again: the table holds the rows now, and nothing differs.
+    assert not replace_scope(batch_df, gold, None, ("part",), ("k",), app_id="q", batch_id=0)
+    assert table_version(spark, gold) == 1
