@@ -1,8 +1,15 @@
 """Which runs start their driver with the quick compiler only (and evaluate without
-generated code): small known inputs."""
+generated code): small known inputs; the project's own JVM code and what it is handed."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from lakehouse.errors import JarsMissing
 from lakehouse.jvm import QUICK_JIT_OPTION, with_quick_jit
 from lakehouse.pending import SMALL_MAX_BYTES, SMALL_MAX_ROWS, Pending
 
@@ -27,3 +34,38 @@ def test_the_option_is_added_once() -> None:
     once = with_quick_jit("-Duser.timezone=UTC")
     assert once == f"-Duser.timezone=UTC {QUICK_JIT_OPTION}"
     assert with_quick_jit(once) == once
+
+
+def test_the_project_jar_is_named_by_its_sources(tmp_path: Path) -> None:
+    from lakehouse.jars import project_jar
+    from lakehouse.settings import Settings
+
+    source = tmp_path / "jvm" / "src" / "lakehouse" / "A.java"
+    source.parent.mkdir(parents=True)
+    source.write_text("class A {}")
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path)})
+    first = project_jar(settings)
+    assert first == project_jar(settings) and first.parent == settings.jar_cache / "lakehouse"
+    source.write_text("class A { int a; }")
+    assert project_jar(settings) != first  # a changed source is a new jar
+    with pytest.raises(JarsMissing, match="not built"):
+        project_jar(settings, must_exist=True)
+
+
+def test_the_validator_gets_every_rule_of_a_declaration() -> None:
+    """Each ``FieldSpec`` attribute reaches the JVM validator: a rule added to the spec and
+    not handed over would be silently ignored."""
+    from jobs.validation import spec_json
+    from lakehouse.registry import get_pipeline
+    from lakehouse.specs import FieldSpec
+
+    record = get_pipeline("orders").record
+    assert record is not None
+    handed = json.loads(spec_json(record))
+    assert handed["event_id"] == record.event_id
+    assert [f["name"] for f in handed["fields"]] == record.names
+    attributes = {f.name for f in dataclasses.fields(FieldSpec)}
+    assert all(attributes <= set(f) for f in handed["fields"])
+    total = next(f for f in handed["fields"] if f["name"] == "total")
+    assert total["optional_when"] == ["event_type", ["cancelled"]]
+    assert total["sql_type"] == "DECIMAL(18,2)" and total["maximum"] == "1000000000000"
