@@ -37,7 +37,7 @@ from pyspark.sql import functions as F
 from jobs import storage
 from jobs.delta_state import table_version
 from jobs.delta_writes import last_commit_metrics, match_on, rows_written_since
-from jobs.runtime import JobContext, StreamResult, run_layer, run_stream
+from jobs.runtime import JobContext, StreamResult, run_layer, run_stream, spark_error_text
 from jobs.tables import ensure_table
 from jobs.transforms import filter_not_blank, with_kafka_lineage, with_raw_record
 from jobs.validation import with_stored_hints
@@ -197,7 +197,7 @@ def replay_kafka(ctx: JobContext, location: str) -> dict[str, Any]:
             .execute()
         )
     except Exception as exc:
-        lost = offsets.from_spark_error(str(exc))
+        lost = offsets.from_spark_error(spark_error_text(exc))
         if lost is None:
             raise
         raise lost from None
@@ -264,7 +264,7 @@ def body(ctx: JobContext) -> StreamResult:
             details["restarted_after"] = "SPARK-55271"
     except Exception as exc:
         # Spark's failOnDataLoss failure, under the name the pre-flight check uses.
-        lost = offsets.from_spark_error(str(exc))
+        lost = offsets.from_spark_error(spark_error_text(exc))
         if lost is None:
             raise
         raise lost from None
@@ -281,7 +281,7 @@ def _is_spark_55271(exc: Exception) -> bool:
     when a restarted query replays a micro-batch the previous run left unfinished (after a
     crash or a failed batch): the batch is already committed, data and checkpoint agree, and
     a new start of the query goes on normally (SPARK-55271, fixed after 4.1.1)."""
-    text = f"{exc}\n{getattr(exc, '_stackTrace', '')}"
+    text = spark_error_text(exc)
     return "KafkaMicroBatchStream" in text and 'scala.Option.get()" is null' in text
 
 

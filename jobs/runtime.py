@@ -103,6 +103,23 @@ def job_parser(
 # -- run log ----------------------------------------------------------------------------------
 
 
+def spark_error_text(exc: BaseException) -> str:
+    """An error's message with the JVM's whole chain of causes: a Spark failure inside a
+    task arrives wrapped (``TASK_WRITE_FAILED``, ``STREAM_FAILED``), its cause named only in
+    the ``Caused by:`` lines of the JVM stack trace."""
+    return f"{exc}\n{getattr(exc, '_stackTrace', None) or ''}"
+
+
+def root_cause(exc: BaseException) -> str | None:
+    """The innermost ``Caused by:`` line of a JVM failure, when there is one."""
+    causes = [
+        line.strip()[len("Caused by:") :].strip()
+        for line in spark_error_text(exc).splitlines()
+        if line.strip().startswith("Caused by:")
+    ]
+    return causes[-1] if causes else None
+
+
 @dataclass
 class RunRecord:
     """One row of ``ops/run_log``: a layer run (``action`` "stream") or a maintenance action."""
@@ -139,6 +156,9 @@ class RunRecord:
         else:
             self.status, self.error_code = "failed", type(exc).__name__
             self.error = f"{type(exc).__name__}: {str(exc)[:2000]}"
+            cause = root_cause(exc)
+            if cause and cause not in self.error:
+                self.error += f" Caused by: {cause[:1000]}"
         # The text goes to the run log and the summary (XCom): never a secret.
         self.error = mask(self.error)
 

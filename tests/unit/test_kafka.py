@@ -162,6 +162,25 @@ def test_spark_data_loss_errors_get_the_named_error() -> None:
         "Spark stopped reading Kafka: Could not read records in offset [10, 21) for topic "
         "partition t-0 with consumer group g-executor. What to do: Nothing was written."
     )
+    # A read inside a write task: the data loss is a cause, under the JVM's "Caused by:".
+    wrapped = (
+        "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
+        "[TASK_WRITE_FAILED] Task failed while writing rows to file:/lake/bronze/orders_events."
+        " SQLSTATE: 58030 SQLSTATE: XXKST\n=== Streaming Query ===\n"
+        "org.apache.spark.sql.streaming.StreamingQueryException: ...\n\tat org.apache.spark."
+        "Foo.bar(Foo.scala:1)\nCaused by: org.apache.spark.SparkException: [KAFKA_DATA_LOSS."
+        "COULD_NOT_READ_OFFSET_RANGE] Some data may have been lost because they are not "
+        "available in Kafka any more;\neither the data was aged out by Kafka or the topic may "
+        "have been deleted before all the data in the\ntopic was processed.\nReason: Could "
+        "not read records in offset [10, 21) for topic partition t-0\nwith consumer group "
+        "g-executor.\n\tat org.apache.spark.sql.kafka010.KafkaExceptions(Foo.scala:2)\n"
+    )
+    lost = offsets.from_spark_error(wrapped)
+    assert lost is not None
+    assert str(lost).startswith(
+        "Spark stopped reading Kafka: Could not read records in offset [10, 21) for topic "
+        "partition t-0 with consumer group g-executor. What to do:"
+    )
     assert offsets.from_spark_error("[DELTA_CONCURRENT_APPEND] ...") is None
 
 

@@ -93,3 +93,23 @@ def test_an_append_imports_neither_pandas_nor_pyarrow(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_failed_run_names_the_jvm_root_cause() -> None:
+    from jobs.runtime import RunRecord
+
+    class Wrapped(Exception):
+        _stackTrace = (
+            "org.apache.spark.SparkException: [TASK_WRITE_FAILED] Task failed while writing rows"
+            "\n\tat org.apache.spark.Foo.bar(Foo.scala:1)\nCaused by: org.apache.spark."
+            "SparkException: stage failure\n\tat x\nCaused by: java.lang.ArithmeticException: "
+            "/ by zero\n\tat y"
+        )
+
+    record = RunRecord("orders", "silver", "r", "running", datetime.now(UTC))
+    record.fail(Wrapped("[TASK_WRITE_FAILED] Task failed while writing rows"))
+    assert (record.status, record.error_code) == ("failed", "Wrapped")
+    assert record.error == (
+        "Wrapped: [TASK_WRITE_FAILED] Task failed while writing rows Caused by: "
+        "java.lang.ArithmeticException: / by zero"
+    )

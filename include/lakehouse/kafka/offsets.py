@@ -157,10 +157,11 @@ def offsets_json(ranges: list[ReplayRange], bound: str) -> str:
     return json.dumps(data, sort_keys=True)
 
 
-# Spark's KAFKA_DATA_LOSS message (its error class is not in the text the driver sees).
+# Spark's KAFKA_DATA_LOSS message, in the failure or among its causes (a read inside a
+# write task arrives as TASK_WRITE_FAILED, the data loss in its "Caused by:" lines).
 _SPARK_DATA_LOSS = re.compile(
     r"Some data may have been lost because they are not available in Kafka any more"
-    r".*?Reason:\s*(.*?)\s*(?:SQLSTATE|\n===|$)",
+    r".*?Reason:\s*(.*?)\s*(?:SQLSTATE|\n===|\n\s+at |$)",
     re.S,
 )
 
