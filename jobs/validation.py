@@ -81,9 +81,12 @@ def _validator(spark: SparkSession, record: RecordSpec) -> str:
     if record not in _registered.names:
         text = spec_json(record)
         name = f"lakehouse_validate_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None
-        jvm.lakehouse.validation.RecordValidator.register(jsession, name, text)
+        # The name is the declaration's: one that exists already (registered through another
+        # Python handle of the same JVM session, a shared driver's earlier run) is the same.
+        if not spark.catalog.functionExists(name):
+            jvm = spark.sparkContext._jvm
+            assert jvm is not None
+            jvm.lakehouse.validation.RecordValidator.register(jsession, name, text)
         _registered.names[record] = name
     return _registered.names[record]
 
