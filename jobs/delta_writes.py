@@ -32,15 +32,14 @@ _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
 
-def append_once(df: DataFrame, location: str, app_id: str, batch_id: int) -> None:
+def append_once(df: DataFrame, location: str, app_id: str | None, batch_id: int | None) -> None:
+    """Append ``df``: once for ``(app_id, batch_id)`` when they are given (a replay of the
+    same batch commits nothing), a plain append when not (a re-derivation)."""
     check_held()
-    (
-        df.write.format("delta")
-        .mode("append")
-        .option("txnAppId", app_id)
-        .option("txnVersion", batch_id)
-        .save(location)
-    )
+    writer = df.write.format("delta").mode("append")
+    if app_id is not None and batch_id is not None:
+        writer = writer.option("txnAppId", app_id).option("txnVersion", batch_id)
+    writer.save(location)
 
 
 @contextmanager
@@ -206,9 +205,5 @@ def _insert_all(new_df: DataFrame, location: str, app_id: str | None, batch_id: 
     rows_df = new_df.localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
     if rows_df.isEmpty():
         return False
-    if app_id is None or batch_id is None:
-        check_held()
-        rows_df.write.format("delta").mode("append").save(location)
-    else:
-        append_once(rows_df, location, app_id, batch_id)
+    append_once(rows_df, location, app_id, batch_id)
     return True

@@ -112,10 +112,9 @@ def spark_error_text(exc: BaseException) -> str:
 
 def root_cause(exc: BaseException) -> str | None:
     """The innermost ``Caused by:`` line of a JVM failure, when there is one."""
+    lines = (line.strip() for line in spark_error_text(exc).splitlines())
     causes = [
-        line.strip()[len("Caused by:") :].strip()
-        for line in spark_error_text(exc).splitlines()
-        if line.strip().startswith("Caused by:")
+        line.removeprefix("Caused by:").strip() for line in lines if line.startswith("Caused by:")
     ]
     return causes[-1] if causes else None
 
