@@ -114,15 +114,21 @@ class Lake:
         fault: str | None = None,
         **env: str,
     ) -> subprocess.Popen[str]:
-        """The job as Airflow runs it: spark-submit (local Spark), in a process group of its
-        own, so that a SIGKILL (a test's, or ``fault`` with ``:kill``) takes the driver's
-        group and not pytest. Its output is a text pipe."""
+        """The job as Airflow runs it: spark-submit (local Spark; the quick compiler for a
+        layer whose input is small, as the operator decides), in a process group of its own,
+        so that a SIGKILL (a test's, or ``fault`` with ``:kill``) takes the driver's group and
+        not pytest. Its output is a text pipe."""
         from lakehouse.local.env import subprocess_env
+        from lakehouse.pending import pending_input
+        from lakehouse.registry import get_pipeline
+        from lakehouse.specs import Layer
         from lakehouse.submit import job_submit_spec
 
         settings = Settings.from_env().with_root(self.settings.root)
         run_id = run_id or f"test-{pipeline}-{job}"
         spec = job_submit_spec(settings, pipeline, job, run_id=run_id, extra_args=args)
+        if job in set(Layer) and pending_input(settings, get_pipeline(pipeline), job).small:
+            spec = spec.with_quick_jit()
         environment = subprocess_env(settings, LAKEHOUSE_ROOT=self.settings.root, **env)
         environment.pop("LAKEHOUSE_FAULT", None)
         if fault:

@@ -11,12 +11,12 @@ import hashlib
 import os
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lakehouse.fs import write_private
 from lakehouse.jars import spark_jars
-from lakehouse.jvm import BASE_JVM_OPTIONS, driver_java_options
+from lakehouse.jvm import BASE_JVM_OPTIONS, driver_java_options, with_quick_jit
 from lakehouse.secrets import PROTECTED_SPARK_CONF, REDACTION_REGEX
 from lakehouse.settings import Settings
 
@@ -208,6 +208,12 @@ class SubmitSpec:
     driver_memory: str = "2g"
     # The deployment's extra settings: for a properties file, never for the command line.
     properties: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def with_quick_jit(self) -> SubmitSpec:
+        """The same run, its driver with the quick compiler only: for an input known to be
+        small (``lakehouse.jvm``)."""
+        key = "spark.driver.extraJavaOptions"
+        return replace(self, conf={**self.conf, key: with_quick_jit(self.conf.get(key, ""))})
 
     def write_properties(self, folder: Path) -> Path | None:
         """The extra settings as ``folder/spark.properties`` (owner-only), if there are any."""

@@ -46,7 +46,6 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from lakehouse import errors
 from lakehouse.authz import GRANT_FILE_ENV, Grant
-from lakehouse.jvm import with_quick_jit
 from lakehouse.kafka.access import ACCESS_FILE_ENV, KafkaAccess
 from lakehouse.params import Action, MaintenanceParams, RestoreParams, RunParams
 from lakehouse.registry import get_pipeline, registry
@@ -231,10 +230,9 @@ class LakehouseSubmitOperator(SparkSubmitOperator):
             self._hand_over_extra_conf(spec, Path(tmp))
             self.application = spec.application
             self.application_args = list(spec.args)
-            self.conf = dict(spec.conf)
-            if self._quick_jit:
-                key = "spark.driver.extraJavaOptions"
-                self.conf[key] = with_quick_jit(self.conf.get(key, ""))
+            # The quick compiler is the submitted driver's choice, not part of what a run's
+            # shared driver must match (``run_job``).
+            self.conf = dict((spec.with_quick_jit() if self._quick_jit else spec).conf)
             self.jars = ",".join(spec.jars)
             self.py_files = ",".join(spec.py_files)
             self._driver_memory = spec.driver_memory

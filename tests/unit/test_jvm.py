@@ -36,6 +36,18 @@ def test_the_option_is_added_once() -> None:
     assert with_quick_jit(once) == once
 
 
+def test_a_spec_with_the_quick_compiler_changes_its_driver_options_only() -> None:
+    from lakehouse.submit import SubmitSpec
+
+    key = "spark.driver.extraJavaOptions"
+    spec = SubmitSpec("jobs/silver.py", ("--pipeline", "orders"), "n", {key: "-Da=1", "x": "y"})
+    quick = spec.with_quick_jit()
+    assert quick.conf == {key: f"-Da=1 {QUICK_JIT_OPTION}", "x": "y"}
+    assert spec.conf[key] == "-Da=1"  # the spec it came from is as it was
+    assert dataclasses.replace(quick, conf=spec.conf) == spec
+    assert quick.with_quick_jit() == quick
+
+
 def test_the_project_jar_is_named_by_its_sources(tmp_path: Path) -> None:
     from lakehouse.jars import project_jar
     from lakehouse.settings import Settings
