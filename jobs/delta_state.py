@@ -9,6 +9,7 @@ public Delta protocol and are read as JSON.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -193,8 +194,12 @@ def history(spark: SparkSession, location: str) -> dict[int, Commit]:
     }
 
 
+def commit_file(location: str, version: int) -> str:
+    return f"{location}/_delta_log/{version:020d}.json"
+
+
 def commit_files(location: str, versions: Sequence[int]) -> list[str]:
-    return [f"{location}/_delta_log/{v:020d}.json" for v in versions]
+    return [commit_file(location, v) for v in versions]
 
 
 def logged_versions(spark: SparkSession, location: str) -> set[int]:
@@ -220,3 +225,37 @@ def absolute(location: str, path: str) -> str:
 
 def missing_files(spark: SparkSession, paths: Sequence[str]) -> list[str]:
     return [p for p in paths if not storage.exists(spark, p)]
+
+
+# Up to this many commits, a new stream reads a table's log instead of its snapshot (below).
+LOG_START_MAX_VERSIONS = 32
+
+
+def appends_only(spark: SparkSession, location: str, *, change_feed: bool) -> bool:
+    """Whether every commit of the table is still in its log (version 0 onwards, at most
+    ``LOG_START_MAX_VERSIONS``) and only ever added data: no commit removed a file or wrote
+    change data, and none after the first changed the table's metadata or protocol (with
+    ``change_feed``, the first one turned the change feed on).
+
+    A new stream over such a table reads the same files whether it starts from the latest
+    snapshot (Delta's default) or from version 0's commit (``startingVersion``), and the log
+    costs much less: the snapshot start ran 5 to 17 Spark jobs, 3.5 to 7.7 s of a first load
+    of 100,000 events, and again when the next run replays that first batch's offsets."""
+    versions = logged_versions(spark, location)
+    if not versions or len(versions) > LOG_START_MAX_VERSIONS:
+        return False
+    if versions != set(range(max(versions) + 1)):
+        return False  # version 0 is gone (log cleanup), or a commit is missing from the listing
+    feed_on = False
+    for version in sorted(versions):
+        text = storage.read_text(spark, commit_file(location, version)) or ""
+        for line in text.splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "remove" in action or "cdc" in action:
+                return False
+            if version > 0 and ("metaData" in action or "protocol" in action):
+                return False
+            if "metaData" in action:
+                configuration = action["metaData"].get("configuration") or {}
+                feed_on = configuration.get("delta.enableChangeDataFeed") == "true"
+    return feed_on or not change_feed

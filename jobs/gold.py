@@ -33,6 +33,7 @@ from jobs.runtime import (
     JobContext,
     StreamResult,
     checkpoint_query_id,
+    read_delta_stream,
     rederiving,
     run_layer,
     run_stream,
@@ -73,12 +74,9 @@ def compute(gold: Gold, inputs: dict[str, Any]) -> DataFrame:
 def change_stream(ctx: JobContext, gold: Gold) -> DataFrame:
     """The change feeds of every input as one stream: a row per change, its input's name and
     the changed row in that input's own column (typed as the input; the others null)."""
-    spark = ctx.spark
     feeds = {
-        i.name: spark.readStream.format("delta")
-        .option("readChangeFeed", "true")
-        .load(ctx.path(i.table))
-        for i in gold.inputs
+        i.name: read_delta_stream(ctx, index, readChangeFeed="true")
+        for index, i in enumerate(gold.inputs)
     }
     columns = {name: F.struct(*df.columns) for name, df in feeds.items()}
     types = {

@@ -34,14 +34,20 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
 from jobs import run_markers, storage
-from jobs.delta_state import is_delta_table, prefetch_transactions, table_version
+from jobs.delta_state import (
+    appends_only,
+    is_delta_table,
+    logged_versions,
+    prefetch_transactions,
+    table_version,
+)
 from jobs.guards import check_checkpoint
 from jobs.session import build_spark, interpreted
 from jobs.tables import ensure_table
 from lakehouse import runlog
 from lakehouse.authz import ACCEPT_DATA_LOSS, require_grant
 from lakehouse.backups import restore_marker
-from lakehouse.checkpoints import Checkpoint
+from lakehouse.checkpoints import Checkpoint, DeltaPosition
 from lakehouse.errors import ConfigurationError, LakehouseError, RestoreInProgress
 from lakehouse.locks import check_held, on_any_lost, table_locks
 from lakehouse.params import RunParams
@@ -424,6 +430,34 @@ def _offsets_text(source: Any, key: str) -> str | None:
     if value is None:
         return None
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def read_delta_stream(ctx: JobContext, index: int, **options: str) -> DataFrame:
+    """Source ``index`` of the layer's stream (``ctx.stream.sources``) as a streaming
+    DataFrame with Delta's ``options``.
+
+    Until its first micro-batch is behind it, a stream over a table that was only ever
+    appended to starts from version 0's commit instead of the latest snapshot
+    (``delta_state.appends_only``): the same files, read from the log without the snapshot's
+    Spark jobs. A first batch already planned is replayed as it was planned, from its
+    recorded offsets; after it, Delta reads only the checkpoint."""
+    location = ctx.path(ctx.stream.sources[index])
+    reader = ctx.spark.readStream.format("delta").options(**options)
+    if _starts_from_log(ctx, index, location):
+        log.info("%s: read from its log (version 0 on), not its snapshot", location)
+        reader = reader.option("startingVersion", "0")
+    return reader.load(location)
+
+
+def _starts_from_log(ctx: JobContext, index: int, location: str) -> bool:
+    checkpoint = Checkpoint(storage.HadoopStorage(ctx.spark), ctx.checkpoint)
+    planned = checkpoint.log().offsets
+    if planned and max(planned) > 0:
+        return False  # Delta only asks where to start while batch 0 is the latest
+    position = DeltaPosition.from_offset(checkpoint.offsets(0).source(index)) if planned else None
+    if position is not None:
+        return not position.is_starting_version and 0 in logged_versions(ctx.spark, location)
+    return appends_only(ctx.spark, location, change_feed=ctx.stream.read_change_feed)
 
 
 def run_stream(

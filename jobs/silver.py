@@ -39,6 +39,7 @@ from jobs.runtime import (
     JobContext,
     StreamResult,
     checkpoint_query_id,
+    read_delta_stream,
     rederiving,
     run_layer,
     run_stream,
@@ -320,11 +321,7 @@ def body(ctx: JobContext) -> StreamResult:
     # what it derived from those rows instead of failing, and a replay that adds them back is
     # not quarantined twice (see write_batch).
     def writer() -> DataStreamWriter:
-        bronze_df = (
-            ctx.spark.readStream.format("delta")
-            .option("skipChangeCommits", "true")
-            .load(ctx.path(source.name))
-        )
+        bronze_df = read_delta_stream(ctx, 0, skipChangeCommits="true")
         return bronze_df.writeStream.foreachBatch(ctx.guarded(make_batch_writer(ctx, kind, app_id)))
 
     # Every mode first catches the stream up: afterwards each bronze record is in silver, in

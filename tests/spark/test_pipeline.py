@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import pytest
 
+from lakehouse.checkpoints import Checkpoint
+from lakehouse.registry import get_pipeline
 from lakehouse.sample_data import OrderEventGenerator, render_file
 from tests.lake import Lake
 from tests.oracle import comparable, expected_tables, split_records
+
+ORDERS = get_pipeline("orders")
 
 
 def deliver(lake: Lake, lines: list[bytes], seed: int) -> list[bytes]:
@@ -205,3 +210,76 @@ def test_a_second_writer_of_a_table_waits_then_stops(lake: Lake) -> None:
     assert lake.table("silver/orders").count() > 0
     statuses = [r[0] for r in lake.rows("ops/run_log", ["status"]) if r[0] != "succeeded"]
     assert statuses == ["refused"]
+
+
+def test_a_new_stream_reads_an_appended_table_from_its_log_and_replays_its_first_batch(
+    lake: Lake,
+) -> None:
+    """Silver and gold start from version 0's commit of a table that was only appended to,
+    not from its snapshot; a first batch that failed is replayed as it was planned, even
+    once the table is no longer only appended to (here compacted before the retry)."""
+    from jobs.delta_state import appends_only
+
+    generator = OrderEventGenerator(seed=17)
+    delivered = deliver(lake, generator.batch(60), seed=1)
+    assert lake.run("bronze") == 0
+    delivered += deliver(lake, generator.batch(40) + generator.flush_late(), seed=2)
+    assert lake.run("bronze") == 0
+    bronze = lake.settings.path("bronze/orders_events")
+    assert appends_only(lake.spark, bronze, change_feed=False)
+
+    def first_offsets(layer: str) -> list[dict[str, Any] | None]:
+        checkpoint = Checkpoint(lake.storage, lake.settings.path(ORDERS.stream(layer).checkpoint))
+        return [dict(s) if s else None for s in checkpoint.offsets(0).sources]
+
+    assert lake.run("silver", fault="silver.after_merge") == 1
+    [planned] = first_offsets("silver")
+    assert planned is not None and planned["isStartingVersion"] is False
+    lake.spark.sql(f"OPTIMIZE delta.`{bronze}`").collect()
+    assert not appends_only(lake.spark, bronze, change_feed=False)
+
+    lake.run_all()
+    assert lake.contract_view() == comparable(expected_tables(delivered))
+    [gold_planned] = first_offsets("gold")
+    assert gold_planned is not None and gold_planned["isStartingVersion"] is False
+    # Once silver has merged updates into its first load, a new stream over it would start
+    # from its snapshot.
+    silver = lake.settings.path("silver/orders")
+    assert appends_only(lake.spark, silver, change_feed=True)
+    delivered += deliver(lake, generator.batch(40) + generator.flush_late(), seed=3)
+    lake.run_all()
+    assert lake.contract_view() == comparable(expected_tables(delivered))
+    assert not appends_only(lake.spark, silver, change_feed=True)
+
+
+def test_a_table_whose_log_does_not_hold_only_appends_is_read_from_its_snapshot(
+    lake: Lake,
+) -> None:
+    from jobs import delta_state
+    from jobs.delta_state import appends_only
+
+    spark = lake.spark
+    location = lake.settings.path("scratch/t")
+    spark.sql(
+        f"CREATE TABLE delta.`{location}` (id INT) USING delta "
+        "TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+    )
+    spark.sql(f"INSERT INTO delta.`{location}` VALUES (1), (2)")
+    assert appends_only(spark, location, change_feed=True)
+    plain = lake.settings.path("scratch/plain")
+    spark.sql(f"CREATE TABLE delta.`{plain}` (id INT) USING delta")
+    spark.sql(f"INSERT INTO delta.`{plain}` VALUES (1)")
+    assert appends_only(spark, plain, change_feed=False)
+    assert not appends_only(spark, plain, change_feed=True), "no change feed from version 0"
+    spark.sql(f"ALTER TABLE delta.`{plain}` SET TBLPROPERTIES (delta.appendOnly = true)")
+    assert not appends_only(spark, plain, change_feed=False), "metadata changed after creation"
+    spark.sql(f"DELETE FROM delta.`{location}` WHERE id = 1")
+    assert not appends_only(spark, location, change_feed=True)
+    lake.monkeypatch.setattr(delta_state, "LOG_START_MAX_VERSIONS", 3)
+    many = lake.settings.path("scratch/many")
+    spark.sql(f"CREATE TABLE delta.`{many}` (id INT) USING delta")
+    spark.sql(f"INSERT INTO delta.`{many}` VALUES (1)")
+    spark.sql(f"INSERT INTO delta.`{many}` VALUES (2)")
+    assert appends_only(spark, many, change_feed=False)
+    spark.sql(f"INSERT INTO delta.`{many}` VALUES (3)")
+    assert not appends_only(spark, many, change_feed=False), "a long log: the snapshot is cheaper"
