@@ -26,9 +26,22 @@ CANARY = "canary-s3-5e3f0a9c2b"
 
 
 def settings_with(conf: dict[str, str], tmp_path: Path) -> Settings:
-    return Settings.from_env(
+    """Settings with ``conf`` and a jar cache of its own under ``tmp_path``, laid out as setup
+    leaves it (empty files: these tests compose command lines and start no JVM), so that they
+    pass in a fresh clone before ``make setup``."""
+    from lakehouse.jars import jar_dir, jar_sets, project_jar
+
+    settings = Settings.from_env(
         {"LAKEHOUSE_ROOT": str(tmp_path / "lake"), "LAKEHOUSE_SPARK_CONF": json.dumps(conf)}
-    )
+    ).model_copy(update={"jars_dir": tmp_path / "jars"})
+    for name, artifacts in jar_sets().items():
+        directory = jar_dir(settings, name)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / ".resolved").write_text(" ".join(artifacts))
+    jar = project_jar(settings)
+    jar.parent.mkdir(parents=True, exist_ok=True)
+    jar.touch()
+    return settings
 
 
 @pytest.mark.parametrize(
