@@ -451,10 +451,10 @@ def read_delta_stream(ctx: JobContext, index: int, **options: str) -> DataFrame:
 
 def _starts_from_log(ctx: JobContext, index: int, location: str) -> bool:
     checkpoint = Checkpoint(storage.HadoopStorage(ctx.spark), ctx.checkpoint)
-    planned = checkpoint.log().offsets
-    if planned and max(planned) > 0:
+    last = checkpoint.log().last_offsets
+    if last is not None and last > 0:
         return False  # Delta only asks where to start while batch 0 is the latest
-    position = DeltaPosition.from_offset(checkpoint.offsets(0).source(index)) if planned else None
+    position = DeltaPosition.from_offset(checkpoint.offsets(0).source(index)) if last == 0 else None
     if position is not None:
         return not position.is_starting_version and 0 in logged_versions(ctx.spark, location)
     return appends_only(ctx.spark, location, change_feed=ctx.stream.read_change_feed)
