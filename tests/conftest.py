@@ -92,18 +92,22 @@ def lake(
 
 def _service(service: str) -> Iterator[Settings]:
     """A local service (`make <service>-up`), started if it is not running and stopped again
-    at the end if this session started it. One that cannot start fails the tests that need
-    it: they never skip."""
+    at the end if this session started it, or if a session that started it was killed before
+    it could stop it (its owner file names a dead process). One that cannot start fails the
+    tests that need it: they never skip."""
     from lakehouse.local import services
 
     settings = Settings.from_env()
-    was_up = services.is_up(settings, service)
+    ours = services.left_behind(settings, service) or not services.is_up(settings, service)
     services.up(settings, service)
+    if ours:
+        services.claim(settings, service, os.getpid())
     try:
         yield settings
     finally:
-        if not was_up:
+        if ours:
             services.down(settings, service)
+            services.release(settings, service)
 
 
 @pytest.fixture(scope="session")

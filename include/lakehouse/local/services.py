@@ -581,6 +581,36 @@ def down(settings: Settings, service: str) -> None:
         _stop(settings, name)
 
 
+def _owner_file(settings: Settings, service: str) -> Path:
+    return services_dir(settings) / f"{service}.owner"
+
+
+def claim(settings: Settings, service: str, pid: int) -> None:
+    """Record that process ``pid`` (a test session) started ``service`` and will stop it."""
+    _owner_file(settings, service).write_text(str(pid))
+
+
+def release(settings: Settings, service: str) -> None:
+    _owner_file(settings, service).unlink(missing_ok=True)
+
+
+def left_behind(settings: Settings, service: str) -> bool:
+    """Whether ``service`` was started by a process that died without stopping it (a test
+    session killed mid-way): whoever starts it next may stop it. A service started by hand
+    (``make kafka-up``) has no owner and is never left behind."""
+    try:
+        pid = int(_owner_file(settings, service).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def is_up(settings: Settings, service: str) -> bool:
     if service == "spark":
         return _running_pid(settings, "spark-master") is not None and _spark_workers_alive() > 0
