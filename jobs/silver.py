@@ -102,11 +102,16 @@ def judged(records_df: DataFrame, pipeline: PipelineSpec) -> DataFrame:
     ).localCheckpoint(eager=False, storageLevel=StorageLevel.MEMORY_AND_DISK)
 
 
-def measure(marked_df: DataFrame, pipeline: PipelineSpec) -> dict[str, int]:
+def measure(
+    marked_df: DataFrame, pipeline: PipelineSpec, quarantined: Column | None = None
+) -> dict[str, int]:
     """One pass over the batch: valid and invalid records, and each rule's breaches (drop
-    rules over the valid records, the others over the valid records not dropped)."""
+    rules over the valid records, the others over the valid records not dropped); with
+    ``quarantined``, also the invalid records for which it holds (``quarantined``)."""
     valid, kept = F.col(VALID_COL), F.col(VALID_COL) & ~F.col(_DROPPED)
     figures = [F.count_if(valid).alias("valid"), F.count_if(~valid).alias("invalid")]
+    if quarantined is not None:
+        figures.append(F.count_if(~valid & quarantined).alias("quarantined"))
     if "replayed_at" in marked_df.columns:
         figures.append(F.count_if(~valid & F.col("replayed_at").isNotNull()).alias("replayed"))
     for rule in pipeline.expectations:
@@ -237,7 +242,9 @@ def rederive(
         )
     marked_df = judged(candidates_df, pipeline)
     try:
-        counts = measure(marked_df, pipeline)
+        # The quarantine gets the invalid records of the window (all, without one): counted
+        # in the same pass as the rest.
+        counts = measure(marked_df, pipeline, None if window is None else in_window)
         what = "the window" if window else "bronze"
         check_failures(counts, pipeline, what)
         check_held()
@@ -263,7 +270,7 @@ def rederive(
             check_held()
             writer.save(location)
         stats["quarantine_rewritten"] = rewrite
-        stats["quarantine_rows"] = quarantine_df.count()
+        stats["quarantine_rows"] = counts["invalid" if window is None else "quarantined"]
         stats["expectations"] = {r.name: counts[r.name] for r in pipeline.expectations}
     finally:
         if keys_df is not None:

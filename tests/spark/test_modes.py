@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -69,6 +70,11 @@ def test_reprocess_re_derives_the_window_and_nothing_else(loaded: tuple[Lake, li
     assert corrupted_outside == {}, "the corruption only touched the window"
     # Small tables: the re-derivations ran without generated code.
     assert re_derivations(lake) == [("silver", "reprocess", False), ("gold", "reprocess", False)]
+    # The run log counts the window's quarantine rows (in the pass that counts the rest).
+    in_window = [t for (t,) in lake.rows("silver/orders_quarantine", ["event_ts_hint"])]
+    in_window = [t for t in in_window if t is not None and t.day == 2]
+    assert 0 < len(in_window) < sum(view["quarantine"].values())
+    assert re_derivation_details(lake, "silver", "reprocess")["quarantine_rows"] == len(in_window)
 
     # Repeating the reprocess changes nothing, and commits nothing: not the quarantine
     # window's same verdicts, not gold's same rows.
@@ -123,6 +129,13 @@ def re_derivations(lake: Lake) -> list[tuple[str, str, bool]]:
     ]
 
 
+def re_derivation_details(lake: Lake, layer: str, mode: str) -> dict[str, Any]:
+    """The run-log figures of the latest ``mode`` re-derivation of ``layer``."""
+    runs = sorted(lake.rows("ops/run_log", ["started_at", "layer", "details"]))
+    found = [json.loads(d)[mode] for _, name, d in runs if name == layer and mode in json.loads(d)]
+    return dict(found[-1])
+
+
 @pytest.mark.parametrize("lake", ["local", "s3"], indirect=True)
 def test_full_refresh_rebuilds_without_an_empty_table_and_repeats_as_a_no_op(
     loaded: tuple[Lake, list[bytes]],
@@ -143,6 +156,9 @@ def test_full_refresh_rebuilds_without_an_empty_table_and_repeats_as_a_no_op(
         for version in range(versions[table], latest + 1):
             rows = len(lake.read_rows(table, version=version))
             assert rows > 0, f"{table} was empty at version {version}"
+
+    quarantined = len(lake.rows("silver/orders_quarantine"))
+    assert re_derivation_details(lake, "silver", "full_refresh")["quarantine_rows"] == quarantined
 
     before = lake.snapshot()
     for layer in ("silver", "gold"):
