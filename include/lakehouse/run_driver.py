@@ -9,6 +9,11 @@ group and start lock are files in a folder only this user can enter
 (``lakehouse-drivers-<uid>`` in the temp folder). A task on another machine does not find it
 and starts its own.
 
+With ``LAKEHOUSE_RUN_DRIVER_KEEP_S``, a driver is a pipeline DAG's rather than one run's: it
+is named after the DAG and the settings it runs (a run with other settings or other code
+starts a driver of its own, and the old one stops once nobody asks it), serves the DAG's runs
+one after another, and stops when no run asked it for that long.
+
 A request carries a fingerprint of the Spark settings the task would have submitted with
 (master, settings, jars, code, the S3 access it was given): a driver started with others
 refuses, and the task falls back to a ``spark-submit`` of its own.
@@ -83,10 +88,19 @@ def same_user(conn: socket.socket) -> bool:
 
 @dataclass(frozen=True)
 class RunDriver:
-    """The driver of one run: ``run_key`` names the run (DAG, run id)."""
+    """The driver of one run: ``run_key`` names the run (DAG, run id); with ``keep_s``, the
+    DAG's driver for the settings it runs, which outlives the run by up to ``keep_s``."""
 
     run_key: str
     fingerprint: str
+    keep_s: int = 0
+
+    @classmethod
+    def of(cls, dag_id: str, run_id: str, fingerprint_: str, settings: Settings) -> RunDriver:
+        """The driver a task of ``dag_id``'s run ``run_id`` uses."""
+        if settings.run_driver_keep_s:
+            return cls(f"{dag_id}@{fingerprint_}", fingerprint_, settings.run_driver_keep_s)
+        return cls(f"{dag_id}/{run_id}", fingerprint_)
 
     @property
     def name(self) -> str:
@@ -109,28 +123,14 @@ class RunDriver:
             application=job_path(settings, "driver"),
             args=(
                 *("--driver", self.name, "--fingerprint", self.fingerprint),
-                *("--idle-s", str(settings.run_driver_idle_s), "--name", name),
+                *("--idle-s", str(self.keep_s or settings.run_driver_idle_s), "--name", name),
                 *("--task-env", ",".join(sorted(task_env))),
             ),
             name=name,
         )
 
     def _connect(self) -> socket.socket | None:
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            conn.connect(address(self.name))
-        except OSError:
-            conn.close()
-            return None
-        if not same_user(conn):
-            conn.close()
-            raise ConfigurationError(
-                f"another user's process listens on this run's driver address "
-                f"({address(self.name)[1:]}); nothing was sent to it. Find it with `ss -xlp`, "
-                "or set LAKEHOUSE_RUN_DRIVER_IDLE_S=0 to run every layer with its own "
-                "spark-submit."
-            )
-        return conn
+        return connect(self.name)
 
     @contextlib.contextmanager
     def _started(self, start: Callable[[Path], subprocess.Popen[bytes]]) -> Iterator[socket.socket]:
@@ -171,7 +171,9 @@ class RunDriver:
 
         A driver says it took a request before the job starts. One that went away without
         saying so never started the job (it stopped for being idle as the request came): the
-        request goes once more, to a new driver."""
+        request goes once more, to a new driver. A kept driver (``keep_s``) goes on after the
+        run's ``last`` layer, for the DAG's next run."""
+        last = last and not self.keep_s
         request = {
             "job": job,
             "argv": list(argv),
@@ -208,15 +210,13 @@ class RunDriver:
         )
 
     def stop(self) -> bool:
-        """Ask a running driver to stop (a run whose last layer had nothing to do)."""
-        conn = self._connect()
-        if conn is None:
+        """Ask a running driver to stop (a run whose last layer had nothing to do; a kept
+        driver waits for the DAG's next run instead)."""
+        if self.keep_s:
             return False
-        with conn, conn.makefile("rb") as reader:
-            conn.sendall(protocol_line({"stop": True}))
-            reader.readline()
+        stopped = stop_driver(self.name)
         self._forget()
-        return True
+        return stopped
 
     def _forget(self) -> None:
         """The run is over: its start lock goes too."""
@@ -233,6 +233,42 @@ class RunDriver:
         return "(no output)"
 
 
+def connect(name: str) -> socket.socket | None:
+    """A connection to the driver called ``name``, if one listens."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(address(name))
+    except OSError:
+        conn.close()
+        return None
+    if not same_user(conn):
+        conn.close()
+        raise ConfigurationError(
+            f"another user's process listens on this run's driver address "
+            f"({address(name)[1:]}); nothing was sent to it. Find it with `ss -xlp`, "
+            "or set LAKEHOUSE_RUN_DRIVER_IDLE_S=0 to run every layer with its own "
+            "spark-submit."
+        )
+    return conn
+
+
+def stop_driver(name: str) -> bool:
+    """Ask the driver called ``name`` to stop once its job (if any) is done; whether one
+    answered."""
+    conn = connect(name)
+    if conn is None:
+        return False
+    with conn, conn.makefile("rb") as reader:
+        conn.sendall(protocol_line({"stop": True}))
+        reader.readline()
+    return True
+
+
+def stop_all() -> list[str]:
+    """Stop every driver of this user on this machine (kept ones included); their names."""
+    return [p.stem for p in sorted(drivers_dir().glob("*.pid")) if stop_driver(p.stem)]
+
+
 def start(argv: Sequence[str], env: Mapping[str, str], log_file: Path) -> subprocess.Popen[bytes]:
     """Start a driver's spark-submit in a session of its own (it outlives the task that
     starts it; a fault's kill takes its process group only), its output into ``log_file``."""
@@ -245,3 +281,21 @@ def start(argv: Sequence[str], env: Mapping[str, str], log_file: Path) -> subpro
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m lakehouse.run_driver stop``: stop this user's drivers on this machine, each
+    once its job (if any) is done."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args != ["stop"]:
+        print("usage: python -m lakehouse.run_driver stop", file=sys.stderr)
+        return 2
+    stopped = stop_all()
+    print(f"stopped {len(stopped)} driver(s)" + "".join(f"\n  {name}" for name in stopped))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

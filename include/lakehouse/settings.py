@@ -190,6 +190,11 @@ class Settings(_EnvModel):
     """the layer tasks of a pipeline run share one warm Spark driver, started by the first
     and stopped after the last; it also stops when no task asked it for this long. ``0``:
     every layer task starts its own ``spark-submit``"""
+    run_driver_keep_s: int = Field(0, ge=0, le=86_400)
+    """``0``: a run's driver stops after the run's last layer, so nothing runs between runs.
+    More: one driver per pipeline DAG (on each worker machine) serves its runs one after
+    another and stops when no run asked it for this long; a small scheduled run finds a warm
+    JVM instead of starting one (tens of seconds less), for the driver's memory between runs"""
     interpret_small_inputs: bool = True
     """a layer run whose input is known to be small (at most 100,000 rows, or 32 MiB of
     landing files; for a reprocess or full refresh, the tables it re-derives from) evaluates

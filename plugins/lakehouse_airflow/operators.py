@@ -316,7 +316,7 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
             return super().execute(context)
         except AirflowSkipException:
             if self._last_layer:  # nothing left for the run's driver to do
-                _run_driver(context, "").stop()
+                _run_driver(context, "", self._settings or Settings.from_env()).stop()
             raise
 
     def run_job(self, context: Context, spec: SubmitSpec, master: str) -> None:
@@ -330,8 +330,10 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
         if not local_driver or self._settings.run_driver_idle_s == 0:
             return super().run_job(context, spec, master)
         # What the driver runs with: a task that would submit with other settings (another
-        # master, other jars or code, other S3 credentials) must not use it.
+        # master, other jars or code, other S3 credentials, another environment for the
+        # jobs' settings) must not use it.
         s3 = self._s3.hadoop_credentials() if self._s3 else None
+        lakehouse_env = sorted((k, v) for k, v in os.environ.items() if k.startswith("LAKEHOUSE_"))
         driver = _run_driver(
             context,
             fingerprint(
@@ -343,8 +345,10 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
                     spec.driver_memory,
                     spec.properties,
                     s3,
+                    lakehouse_env,
                 ]
             ),
+            self._settings,
         )
         self._driver = driver
         try:
@@ -583,9 +587,9 @@ class MaintenanceJobOperator(LakehouseSubmitOperator):
         return "\n".join(lines)
 
 
-def _run_driver(context: Context, fingerprint_: str) -> RunDriver:
-    """The shared driver of this DAG run (on this machine)."""
-    return RunDriver(f"{context['dag'].dag_id}/{context['run_id']}", fingerprint_)
+def _run_driver(context: Context, fingerprint_: str, settings: Settings) -> RunDriver:
+    """The shared driver of this DAG run (on this machine), or the DAG's kept one."""
+    return RunDriver.of(context["dag"].dag_id, str(context["run_id"]), fingerprint_, settings)
 
 
 def restore_args(context: Context, raw: dict[str, Any], settings: Settings) -> list[str]:

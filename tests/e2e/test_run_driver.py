@@ -3,7 +3,8 @@ by ``lakehouse.run_driver`` as the Airflow operator does): one Spark application
 run's layers and stops after the last; a failed job stops it too, and so does a quiet while;
 a driver killed mid-batch fails its task with ``DriverLost`` and the retry goes on exactly
 once; a request that comes as an idle driver stops goes to a new one; a task with other Spark
-settings is refused (it submits its own)."""
+settings is refused (it submits its own). A kept driver (``LAKEHOUSE_RUN_DRIVER_KEEP_S``)
+serves a DAG's next runs too, and stops once nobody asked it for that long."""
 
 from __future__ import annotations
 
@@ -32,24 +33,30 @@ MASTER = "local[2]"
 class Run:
     """One pipeline run's tasks on one machine, as the operator drives them."""
 
-    def __init__(self, lake: Lake, run_id: str, idle_s: int = 60) -> None:
+    def __init__(self, lake: Lake, run_id: str, idle_s: int = 60, keep_s: int = 0) -> None:
         from lakehouse.local.env import subprocess_env
 
-        self.run_id = run_id
         root = lake.settings.root
         self.settings = (
-            Settings.from_env().with_root(root).with_env(LAKEHOUSE_RUN_DRIVER_IDLE_S=str(idle_s))
+            Settings.from_env()
+            .with_root(root)
+            .with_env(
+                LAKEHOUSE_RUN_DRIVER_IDLE_S=str(idle_s), LAKEHOUSE_RUN_DRIVER_KEEP_S=str(keep_s)
+            )
         )
         self.env = subprocess_env(self.settings, LAKEHOUSE_ROOT=root)
         self.env.pop("LAKEHOUSE_FAULT", None)
-        # What a layer task would submit: the driver is started from it.
-        self.submit = job_submit_spec(self.settings, "orders", "bronze", run_id=run_id)
-        spec = self.submit
-        self.driver = RunDriver(
-            f"orders_pipeline/{run_id}", fingerprint([MASTER, spec.conf, spec.jars])
-        )
         self.starts: list[subprocess.Popen[bytes]] = []
         self.task_env: dict[str, str] = {}
+        self.begin(run_id)
+
+    def begin(self, run_id: str) -> None:
+        """The DAG's run ``run_id`` starts: its tasks' driver."""
+        self.run_id = run_id
+        # What a layer task would submit: the driver is started from it.
+        self.submit = spec = job_submit_spec(self.settings, "orders", "bronze", run_id=run_id)
+        settings = fingerprint([MASTER, spec.conf, spec.jars])
+        self.driver = RunDriver.of("orders_pipeline", run_id, settings, self.settings)
 
     def start(self, log_file: Path) -> subprocess.Popen[bytes]:
         """The driver's spark-submit, with the starting task's variables (as the operator)."""
@@ -146,3 +153,25 @@ def test_a_failed_or_killed_job_ends_its_driver_and_the_retry_goes_on_exactly_on
     assert lake.contract_view() == comparable(expected_tables(delivered))
     statuses = sorted(r[0] for r in lake.rows("ops/run_log", ["status"]))
     assert statuses.count("killed") == 1, statuses
+
+
+def test_a_kept_driver_serves_the_dags_next_runs_and_stops_when_nobody_asks(lake: Lake) -> None:
+    orders = OrderEventGenerator(seed=7)
+    delivered = deliver(lake, orders, 120, seed=3)
+    run = Run(lake, "run-3", keep_s=15)
+    for layer in ("bronze", "silver", "gold"):
+        assert run.layer(layer, last=layer == "gold")[0] == 0
+    assert run.starts[0].poll() is None, "a kept driver outlives its run's last layer"
+    assert not run.driver.stop(), "a run that ends early leaves the kept driver to the next"
+    # The DAG's next run, with a small delivery: the same driver, not a new JVM.
+    delivered += deliver(lake, orders, 12, seed=4)
+    run.begin("run-4")
+    assert [
+        run.layer(layer, last=layer == "gold")[0] for layer in ("bronze", "silver", "gold")
+    ] == [0, 0, 0]
+    assert len(run.starts) == 1, "one spark-submit for both runs"
+    first, second = spark_apps(lake, "run-3"), spark_apps(lake, "run-4")
+    assert len(set(first.values()) | set(second.values())) == 1, (first, second)
+    assert lake.contract_view() == comparable(expected_tables(delivered))
+    # Nobody asks for keep_s: it stops by itself, in order.
+    assert run.stopped(timeout=15 + 60) == 0
