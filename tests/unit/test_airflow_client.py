@@ -1,6 +1,6 @@
-"""The REST client of the UI tests and the bench: Airflow's 503 on SQLite (a backfill's creation
-meeting a scheduler write, rolled back) is tried again; any other error, or a 503 that stays,
-is raised."""
+"""The REST client of the UI tests and the bench: Airflow's 503 or 500 "Database error" on
+SQLite (a backfill's or a DAG run's creation meeting a scheduler write, rolled back) is tried
+again; any other error, or one that stays, is raised."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ import pytest
 
 from lakehouse.local.airflow_server import API_ATTEMPTS, AirflowServer
 
+# What Airflow 3 answers for a DAG run's insert that waited out SQLite's busy timeout.
+DATABASE_DETAIL = {"reason": "Database error", "statement": "hidden", "orig_error": "hidden"}
+
 
 class Airflow(BaseHTTPRequestHandler):
     """Answers the token request, then ``answers`` in turn for the REST calls."""
@@ -30,7 +33,8 @@ class Airflow(BaseHTTPRequestHandler):
             return
         type(self).calls.append(f"POST {self.path} {json.loads(body)}")
         code = type(self).answers.pop(0)
-        self._reply(code, {"detail": "Database is locked."} if code == 503 else {"id": 7})
+        answers = {503: {"detail": "Database is locked."}, 500: {"detail": DATABASE_DETAIL}}
+        self._reply(code, answers.get(code, {"id": 7}))
 
     def _reply(self, code: int, payload: dict) -> None:
         text = json.dumps(payload).encode()
@@ -56,7 +60,7 @@ def server(tmp_path: Path) -> Iterator[AirflowServer]:
 
 
 def test_a_locked_database_is_tried_again_with_the_same_request(server: AirflowServer) -> None:
-    Airflow.answers = [503, 503, 200]
+    Airflow.answers = [503, 500, 200]
     assert server.api("POST", "/backfills", {"dag_id": "orders_pipeline"}) == {"id": 7}
     assert Airflow.calls == ["POST /api/v2/backfills {'dag_id': 'orders_pipeline'}"] * 3
 
@@ -67,7 +71,8 @@ def test_a_lock_that_stays_or_another_error_is_raised(server: AirflowServer) -> 
         server.api("POST", "/backfills", {})
     assert locked.value.code == 503 and len(Airflow.calls) == API_ATTEMPTS
 
-    Airflow.calls, Airflow.answers = [], [409]
-    with pytest.raises(urllib.error.HTTPError) as conflict:
-        server.api("POST", "/backfills", {})
-    assert conflict.value.code == 409 and len(Airflow.calls) == 1
+    for code in (409, 502):  # a conflict; a server error that is not the database's
+        Airflow.calls, Airflow.answers = [], [code]
+        with pytest.raises(urllib.error.HTTPError) as other:
+            server.api("POST", "/backfills", {})
+        assert other.value.code == code and len(Airflow.calls) == 1

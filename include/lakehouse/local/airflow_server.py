@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from lakehouse.settings import Settings
 
 PORT = 8080
 API_ATTEMPTS = 5
+# Airflow's answer to a database error it has no better name for (on SQLite: locked).
+DATABASE_ERROR = re.compile(r'"reason":\s*"Database error"')
 
 
 @dataclass
@@ -45,14 +48,18 @@ class AirflowServer:
             return str(json.load(response)["access_token"])
 
     def api(self, method: str, path: str, payload: Any = None) -> Any:
-        """One REST call. On SQLite, Airflow answers 503 "Database is locked" when a write
-        (a backfill's creation) meets the scheduler's: the transaction was rolled back, so the
-        call is tried again, a few times, as any client of a 503 should."""
+        """One REST call. On SQLite, a write that meets the scheduler's (a backfill's or a
+        DAG run's creation) waits for the database's busy timeout and fails, rolled back:
+        Airflow answers 503 "Database is locked" for a backfill, and 500 "Database error"
+        for a DAG run (its generic handler of database errors). Either is tried again, a few
+        times, as any client of a 503 should."""
         for attempt in range(1, API_ATTEMPTS):
             try:
                 return self._call(method, path, payload)
             except urllib.error.HTTPError as error:
-                if error.code != 503:
+                if not (
+                    error.code == 503 or (error.code == 500 and DATABASE_ERROR.search(error.msg))
+                ):
                     raise
                 print(f"{method} {path}: {error.msg}; trying again ({attempt}/{API_ATTEMPTS - 1})")
                 time.sleep(self.retry_wait_s * attempt)
