@@ -215,6 +215,8 @@ def rederive(
     keys_df = None
     candidates_df = bronze_df
     hint = F.col(time_hint(record))
+    # The records whose quarantine rows are re-derived: the window's, or all of them.
+    in_window: Column = F.lit(True)
     if window is not None:
         start, end = window
         in_window = (hint >= F.lit(start)) & (hint < F.lit(end))
@@ -242,9 +244,8 @@ def rederive(
         )
     marked_df = judged(candidates_df, pipeline)
     try:
-        # The quarantine gets the invalid records of the window (all, without one): counted
-        # in the same pass as the rest.
-        counts = measure(marked_df, pipeline, None if window is None else in_window)
+        # The quarantine's new rows are counted in the same pass as the rest.
+        counts = measure(marked_df, pipeline, in_window)
         what = "the window" if window else "bronze"
         check_failures(counts, pipeline, what)
         check_held()
@@ -252,8 +253,7 @@ def rederive(
             kind.rederive(marked_df.where(F.col(VALID_COL) & ~F.col(_DROPPED)), keys_df)
         )
         faults.inject("silver.rederive.after_silver")
-        invalid_df = marked_df if window is None else marked_df.where(in_window)
-        quarantine_df = to_quarantine(invalid_df, pipeline)
+        quarantine_df = to_quarantine(marked_df.where(in_window), pipeline)
         location = ctx.path(pipeline.silver.quarantine)
         writer = quarantine_df.write.format("delta").mode("overwrite")
         rewrite = True
@@ -270,7 +270,7 @@ def rederive(
             check_held()
             writer.save(location)
         stats["quarantine_rewritten"] = rewrite
-        stats["quarantine_rows"] = counts["invalid" if window is None else "quarantined"]
+        stats["quarantine_rows"] = counts["quarantined"]
         stats["expectations"] = {r.name: counts[r.name] for r in pipeline.expectations}
     finally:
         if keys_df is not None:

@@ -30,6 +30,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -286,8 +287,6 @@ def start(argv: Sequence[str], env: Mapping[str, str], log_file: Path) -> subpro
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m lakehouse.run_driver stop``: stop this user's drivers on this machine, each
     once its job (if any) is done."""
-    import sys
-
     args = list(sys.argv[1:] if argv is None else argv)
     if args != ["stop"]:
         print("usage: python -m lakehouse.run_driver stop", file=sys.stderr)
