@@ -539,6 +539,27 @@ def render(results: list[Result], extra: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# The benchmarks in the order they run; R1 and B4 run on the lake B1 loads.
+STEPS = ("b1", "r1", "b5", "b6", "b3", "b2b", "b4", "pipelines", "airflow")
+NEEDS = {"r1": "b1", "b4": "b1"}
+
+
+class UnknownBenchmark(ValueError):
+    """``--only`` named a benchmark that does not exist."""
+
+
+def selected(only: str) -> set[str]:
+    """The benchmarks ``--only`` asks for (all when empty), with the ones they run on."""
+    asked = {w.strip().lower() for w in only.split(",") if w.strip()}
+    unknown = sorted(asked - set(STEPS) - {"b2a"})
+    if unknown:
+        raise UnknownBenchmark(f"no benchmark {', '.join(unknown)}; choose from {', '.join(STEPS)}")
+    if not asked:
+        return set(STEPS)
+    asked = {"b1" if w == "b2a" else w for w in asked}  # B2a is measured with B1
+    return asked | {NEEDS[w] for w in asked if w in NEEDS}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make bench")
     parser.add_argument("--events", type=int, default=100_000)
@@ -546,11 +567,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="ids, comma-separated: B1,R1,B2b,B3,B4,B5,B6,pipelines,airflow (R1 needs B1)",
+        help="ids, comma-separated: " + ",".join(STEPS) + " (R1 and B4 bring B1 along)",
     )
     parser.add_argument("--out", default="build/bench/bench.json")
     args = parser.parse_args(argv)
-    wanted = {w.strip().lower() for w in args.only.split(",") if w.strip()}
+    try:
+        wanted = selected(args.only)
+    except UnknownBenchmark as exc:
+        parser.error(str(exc))
     settings = Settings.from_env()
     os.environ.setdefault("LAKEHOUSE_SHUFFLE_PARTITIONS", str(settings.shuffle_partitions))
 
@@ -574,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
             ("airflow", lambda: extra.update(airflow_small_run(settings, work, args.events))),
         ]
         for name, step in steps:
-            if wanted and name not in wanted:
+            if name not in wanted:
                 continue
             print(f"bench {name} ...", flush=True)
             try:
