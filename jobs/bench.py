@@ -542,6 +542,7 @@ def render(results: list[Result], extra: dict[str, Any]) -> str:
 # The benchmarks in the order they run; R1 and B4 run on the lake B1 loads.
 STEPS = ("b1", "r1", "b5", "b6", "b3", "b2b", "b4", "pipelines", "airflow")
 NEEDS = {"r1": "b1", "b4": "b1"}
+ALIASES = {"b2a": "b1"}  # B2a is measured with B1
 
 
 class UnknownBenchmark(ValueError):
@@ -551,12 +552,12 @@ class UnknownBenchmark(ValueError):
 def selected(only: str) -> set[str]:
     """The benchmarks ``--only`` asks for (all when empty), with the ones they run on."""
     asked = {w.strip().lower() for w in only.split(",") if w.strip()}
-    unknown = sorted(asked - set(STEPS) - {"b2a"})
+    asked = {ALIASES.get(w, w) for w in asked}
+    unknown = sorted(asked - set(STEPS))
     if unknown:
         raise UnknownBenchmark(f"no benchmark {', '.join(unknown)}; choose from {', '.join(STEPS)}")
     if not asked:
         return set(STEPS)
-    asked = {"b1" if w == "b2a" else w for w in asked}  # B2a is measured with B1
     return asked | {NEEDS[w] for w in asked if w in NEEDS}
 
 
@@ -586,20 +587,21 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="lakehouse-bench-") as tmp:
         work = Path(tmp)
         spark = build_spark("lakehouse-bench", settings, master="local[*]")
-        steps: list[tuple[str, Callable[[], Any]]] = [
-            ("b1", lambda: results.extend(b1_b2(spark, settings, work, args.events))),
-            ("r1", lambda: results.append(r1(spark, settings, work))),
-            ("b5", lambda: results.append(b5(spark, settings, work, args.events))),
-            ("b6", lambda: results.append(b6(spark, settings, work, args.events))),
-            ("b3", lambda: results.append(b3(spark, settings, work, args.events))),
-            ("b2b", lambda: results.append(b2_large(spark, settings, work, args.large_events))),
-            ("b4", lambda: results.append(b4(settings, work))),
-            ("pipelines", lambda: extra.update(pipelines(spark, settings, work, args.events))),
-            ("airflow", lambda: extra.update(airflow_small_run(settings, work, args.events))),
-        ]
-        for name, step in steps:
+        steps: dict[str, Callable[[], Any]] = dict(
+            b1=lambda: results.extend(b1_b2(spark, settings, work, args.events)),
+            r1=lambda: results.append(r1(spark, settings, work)),
+            b5=lambda: results.append(b5(spark, settings, work, args.events)),
+            b6=lambda: results.append(b6(spark, settings, work, args.events)),
+            b3=lambda: results.append(b3(spark, settings, work, args.events)),
+            b2b=lambda: results.append(b2_large(spark, settings, work, args.large_events)),
+            b4=lambda: results.append(b4(settings, work)),
+            pipelines=lambda: extra.update(pipelines(spark, settings, work, args.events)),
+            airflow=lambda: extra.update(airflow_small_run(settings, work, args.events)),
+        )
+        for name in STEPS:
             if name not in wanted:
                 continue
+            step = steps[name]
             print(f"bench {name} ...", flush=True)
             try:
                 step()
