@@ -14,11 +14,10 @@ same transaction id, which skips the MERGE's search for matches and its rewrite.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from functools import reduce
 from operator import and_
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -27,6 +26,9 @@ from pyspark.sql import functions as F
 from jobs.delta_state import has_no_files
 from jobs.session import session_conf
 from lakehouse.locks import check_held
+
+if TYPE_CHECKING:
+    from delta.tables import DeltaMergeBuilder
 
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -42,16 +44,29 @@ def append_once(df: DataFrame, location: str, app_id: str | None, batch_id: int 
     writer.save(location)
 
 
-@contextmanager
-def dml_transaction(spark: SparkSession, app_id: str, batch_id: int) -> Iterator[None]:
-    """Make the DML (MERGE, UPDATE, DELETE) inside idempotent for ``(app_id, batch_id)``.
+# Delta copies a MERGE's source before it runs (``materializeSource``), so that a source that
+# could change between the MERGE's two passes over it (files, then rows) cannot make it
+# wrong. Every MERGE below merges rows this run already holds: a micro-batch kept as local
+# checkpoint blocks, and what deterministic functions (an aggregate, a comparison, a hash)
+# make of it, itself kept that way where it reads a table. A second copy is work done twice.
+_SOURCE_KEPT = {"spark.databricks.delta.merge.materializeSource": "none"}
 
-    Delta takes DML transaction ids from the session; they are cleared again on the way out so
-    that no later write of this session is mistaken for a replay.
-    """
+
+def execute_merge(
+    spark: SparkSession, merge: DeltaMergeBuilder, app_id: str | None, batch_id: int | None
+) -> None:
+    """Run ``merge`` (its source held by the run, see above), idempotently for ``(app_id,
+    batch_id)`` when they are given.
+
+    Delta takes DML transaction ids from the session; they are set for this MERGE alone and
+    cleared again on the way out, so that no later write of this session is mistaken for a
+    replay."""
     check_held()
-    with session_conf(spark, {_TXN_APP_ID: app_id, _TXN_VERSION: str(batch_id)}):
-        yield
+    values = dict(_SOURCE_KEPT)
+    if app_id is not None and batch_id is not None:
+        values |= {_TXN_APP_ID: app_id, _TXN_VERSION: str(batch_id)}
+    with session_conf(spark, values):
+        merge.execute()
 
 
 def upsert_newer(
@@ -65,15 +80,14 @@ def upsert_newer(
     if has_no_files(spark, location):
         append_once(source_df, location, app_id, batch_id)
         return
-    with dml_transaction(spark, app_id, batch_id):
-        (
-            DeltaTable.forPath(spark, location)
-            .alias("t")
-            .merge(source_df.alias("s"), on)
-            .whenMatchedUpdateAll(condition=newer)
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
+    merge = (
+        DeltaTable.forPath(spark, location)
+        .alias("t")
+        .merge(source_df.alias("s"), on)
+        .whenMatchedUpdateAll(condition=newer)
+        .whenNotMatchedInsertAll()
+    )
+    execute_merge(spark, merge, app_id, batch_id)
 
 
 def match_on(columns: Sequence[str], *, null_safe: bool = False) -> str:
@@ -190,12 +204,7 @@ def replace_scope(
         .whenMatchedUpdate(set={c: f"s.{c}" for c in values})
         .whenNotMatchedInsert(condition=f"s.{PRESENT}", values={c: f"s.{c}" for c in columns})
     )
-    if app_id is None or batch_id is None:
-        check_held()
-        merge.execute()
-    else:
-        with dml_transaction(spark, app_id, batch_id):
-            merge.execute()
+    execute_merge(spark, merge, app_id, batch_id)
     return True
 
 
