@@ -202,6 +202,20 @@ def commit_files(location: str, versions: Sequence[int]) -> list[str]:
     return [commit_file(location, v) for v in versions]
 
 
+def commit_info(spark: SparkSession, location: str, version: int) -> dict[str, Any] | None:
+    """The ``commitInfo`` action of commit ``version`` (its operation and operation metrics),
+    read from the commit's JSON file: no Spark job, where ``DESCRIBE HISTORY`` runs one (0.2 s
+    in a warm driver, a second in a cold one). None when the file is gone (log cleanup) or
+    holds no ``commitInfo``."""
+    text = storage.read_text(spark, commit_file(location, version))
+    for line in (text or "").splitlines():
+        action = json.loads(line) if line.strip() else {}
+        if "commitInfo" in action:
+            info: dict[str, Any] = action["commitInfo"]
+            return info
+    return None
+
+
 def logged_versions(spark: SparkSession, location: str) -> set[int]:
     """Versions whose JSON commit file is still in ``_delta_log``."""
     return {

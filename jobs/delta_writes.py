@@ -23,7 +23,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.delta_state import has_no_files
+from jobs.delta_state import commit_info, has_no_files, table_version
 from jobs.session import session_conf
 from lakehouse.locks import check_held
 
@@ -99,25 +99,42 @@ def match_on(columns: Sequence[str], *, null_safe: bool = False) -> str:
 
 def last_commit_metrics(spark: SparkSession, location: str) -> dict[str, Any]:
     """Operation metrics of the table's latest commit (rows inserted, updated, ...)."""
+    found = commits_metrics(spark, location, table_version(spark, location) - 1)
+    return found[-1][1] if found else {}
+
+
+def commits_metrics(
+    spark: SparkSession, location: str, version: int
+) -> list[tuple[str, dict[str, Any]]]:
+    """The operation and operation metrics of each commit after ``version``, oldest first,
+    from the commit files (``delta_state.commit_info``), or from the table's history where
+    a commit file is gone."""
     from delta.tables import DeltaTable
 
-    rows = DeltaTable.forPath(spark, location).history(1).select("operationMetrics").collect()
-    return dict(rows[0]["operationMetrics"] or {}) if rows else {}
+    latest = table_version(spark, location)
+    infos = [commit_info(spark, location, v) for v in range(version + 1, latest + 1)]
+    if all(info is not None for info in infos):
+        return [(str(i["operation"]), dict(i.get("operationMetrics") or {})) for i in infos if i]
+    rows = (
+        DeltaTable.forPath(spark, location)
+        .history()
+        .where(f"version > {version}")
+        .orderBy("version")
+        .select("operation", "operationMetrics")
+        .collect()
+    )
+    return [(str(r["operation"]), dict(r["operationMetrics"] or {})) for r in rows]
 
 
 def rows_written_since(
     spark: SparkSession, location: str, version: int, operations: tuple[str, ...]
 ) -> int:
     """Rows added by ``operations`` commits after ``version`` (from Delta's commit metrics)."""
-    from delta.tables import DeltaTable
-
-    from jobs.delta_state import table_version
-
-    if table_version(spark, location) == version:
-        return 0  # nothing committed: no need to read the history
-    history = DeltaTable.forPath(spark, location).history()
-    rows = history.where(history.version > version).where(history.operation.isin(*operations))
-    return sum(int((r["operationMetrics"] or {}).get("numOutputRows", 0)) for r in rows.collect())
+    return sum(
+        int(metrics.get("numOutputRows", 0))
+        for operation, metrics in commits_metrics(spark, location, version)
+        if operation in operations
+    )
 
 
 PRESENT = "_present"
