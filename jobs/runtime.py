@@ -36,7 +36,6 @@ from pyspark.sql.streaming import DataStreamWriter
 from jobs import run_markers, storage
 from jobs.delta_state import (
     appends_only,
-    is_delta_table,
     logged_versions,
     prefetch_transactions,
     table_version,
@@ -177,19 +176,12 @@ class RunRecord:
         return data
 
 
-# Run logs this process has made sure of (created, columns added): once per process is enough
-# while the table is there.
-_RUN_LOGS_MADE: set[str] = set()
-
-
 def append_run_log(spark: SparkSession, settings: Settings, record: RunRecord) -> None:
-    """Append ``record`` to ``ops/run_log``: the table made by Spark (once, with its
-    properties), the row by delta-rs (no Spark job for one row), under the run log's lease as
-    every write is."""
-    location = settings.path(RUN_LOG.name)
-    if location not in _RUN_LOGS_MADE or not is_delta_table(spark, location):
+    """Append ``record`` to ``ops/run_log``: the row by delta-rs (no Spark job for one row),
+    under the run log's lease as every write is; the table made, or given the columns and
+    properties it lacks, by Spark first, when delta-rs finds it is not ready."""
+    if not runlog.is_ready(settings):
         ensure_table(spark, settings, RUN_LOG)
-        _RUN_LOGS_MADE.add(location)
     values = {name: getattr(record, name) for name, _ in schema_fields(RUN_LOG.schema)}
     runlog.append_row(settings, **values)
 

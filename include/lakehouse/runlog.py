@@ -80,5 +80,27 @@ def append_row(settings: Settings, s3: S3Config | None = None, **values: Any) ->
         )
 
 
+def is_ready(settings: Settings, s3: S3Config | None = None) -> bool:
+    """Whether the run log exists with every column and property ``RUN_LOG`` declares, read
+    from its log by delta-rs: a job then appends without asking Spark to make sure of it (in
+    a fresh driver, loading the table's state in Spark took more than half a second)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    from lakehouse.fs import delta_storage_options
+
+    try:
+        table = DeltaTable(
+            settings.path(RUN_LOG.name), storage_options=delta_storage_options(settings, s3)
+        )
+    except TableNotFoundError:
+        return False
+    columns = {field.name.lower() for field in table.schema().fields}
+    configuration = table.metadata().configuration
+    return all(name.lower() in columns for name, _ in schema_fields(RUN_LOG.schema)) and all(
+        configuration.get(k) == v for k, v in RUN_LOG.properties.items()
+    )
+
+
 def now() -> datetime:
     return datetime.now(UTC)
