@@ -46,6 +46,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from lakehouse import errors
 from lakehouse.authz import GRANT_FILE_ENV, Grant
+from lakehouse.jvm import compiles_quickly
 from lakehouse.kafka.access import ACCESS_FILE_ENV, KafkaAccess
 from lakehouse.params import Action, MaintenanceParams, RestoreParams, RunParams
 from lakehouse.registry import get_pipeline, registry
@@ -424,7 +425,8 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
         """Skip the layer, without starting a JVM, when its input has nothing new since its
         checkpoint's last commit (an incremental run; every other mode does work). The
         decision is a run-log row too, written with delta-rs. Input known to be small starts
-        the driver with the quick compiler (``Pending.small``)."""
+        the driver with the quick compiler (``Pending.small``), unless the driver is kept
+        between runs (``lakehouse.jvm.compiles_quickly``)."""
         from lakehouse.params import Mode
         from lakehouse.pending import pending_input
         from lakehouse.runlog import append_row, now
@@ -435,7 +437,7 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
         pipeline = get_pipeline(self.pipeline)
         pending = pending_input(settings, pipeline, self.layer, kafka, s3=self._s3)
         if not pending.nothing:
-            self._quick_jit = pending.small
+            self._quick_jit = compiles_quickly(pending.small, settings.run_driver_keep_s)
             speed = "; a small input: the driver JVM compiles quickly" if self._quick_jit else ""
             self.log.info("%s: %s%s", self.what, pending.description, speed)
             return

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lakehouse.errors import JarsMissing
-from lakehouse.jvm import QUICK_JIT_OPTION, with_quick_jit
+from lakehouse.jvm import QUICK_JIT_OPTION, compiles_quickly, with_quick_jit
 from lakehouse.pending import SMALL_MAX_BYTES, SMALL_MAX_ROWS, Pending
 
 
@@ -28,6 +28,12 @@ def test_a_small_known_input_compiles_quickly() -> None:
 
 def test_an_unknown_size_keeps_the_full_compiler() -> None:
     assert not small(None, None)
+
+
+def test_a_driver_kept_between_runs_keeps_the_full_compiler() -> None:
+    assert compiles_quickly(small_input=True, keep_s=0)
+    assert not compiles_quickly(small_input=True, keep_s=600)
+    assert not compiles_quickly(small_input=False, keep_s=0)
 
 
 def test_the_option_is_added_once() -> None:
