@@ -113,3 +113,29 @@ def test_a_failed_run_names_the_jvm_root_cause() -> None:
         "Wrapped: [TASK_WRITE_FAILED] Task failed while writing rows Caused by: "
         "java.lang.ArithmeticException: / by zero"
     )
+
+
+def test_a_run_log_is_ready_only_with_every_declared_column_and_property(tmp_path: Path) -> None:
+    """A job skips Spark's check of the run log when delta-rs finds it ready; a table that
+    lacks a column or a property is not, and Spark gives it what it lacks."""
+    from arro3.core import Array, DataType, Table
+    from deltalake import write_deltalake
+
+    from lakehouse.runlog import is_ready
+
+    settings = Settings.from_env({}).with_root(tmp_path / "made")
+    assert not is_ready(settings)  # no table yet
+    append_row(settings, pipeline="orders", layer="gold", run_id="r", status="ok")
+    assert is_ready(settings)
+
+    older = Settings.from_env({}).with_root(tmp_path / "older")
+    columns = [n for n, _ in schema_fields(RUN_LOG.schema) if n != "details"]
+    one_row = Table.from_pydict({n: Array([None], DataType.string()) for n in columns})
+    location = older.path(RUN_LOG.name)
+    write_deltalake(location, one_row, configuration=dict(RUN_LOG.properties))
+    assert not is_ready(older)  # a column is missing
+
+    plain = Settings.from_env({}).with_root(tmp_path / "plain")
+    full = Table.from_pydict({n: Array([None], DataType.string()) for n in [*columns, "details"]})
+    write_deltalake(plain.path(RUN_LOG.name), full)
+    assert not is_ready(plain)  # delta.checkpointInterval is not set
