@@ -289,8 +289,15 @@ def expected_tables(records: list[bytes | None]) -> Expected:
             v["event_id"],
             v["event_ts"],
         )
+    expected.gold = gold_of(expected.silver)
+    return expected
+
+
+def gold_of(silver: dict[str, tuple]) -> dict[tuple, tuple]:
+    """Gold as the contract derives it from silver's rows (in ``SILVER_COLUMNS`` order)."""
+    gold: dict[tuple, tuple] = {}
     hours: dict[tuple, list[tuple]] = {}
-    for row in expected.silver.values():
+    for row in silver.values():
         hour = row[3].replace(minute=0, second=0, microsecond=0)
         hours.setdefault((hour, row[4]), []).append(row)
     for (hour, region), rows in hours.items():
@@ -301,15 +308,8 @@ def expected_tables(records: list[bytes | None]) -> Expected:
             if live
             else None
         )
-        expected.gold[(hour, region)] = (
-            hour,
-            region,
-            len(live),
-            len(rows) - len(live),
-            revenue,
-            average,
-        )
-    return expected
+        gold[(hour, region)] = (hour, region, len(live), len(rows) - len(live), revenue, average)
+    return gold
 
 
 def naive_utc(row: tuple) -> tuple:
