@@ -27,7 +27,7 @@ def test_dependencies_come_along(only: str, runs: set[str]) -> None:
 
 
 def test_unknown_id_is_named() -> None:
-    with pytest.raises(UnknownBenchmark, match="no benchmark b7, r2; choose from b1, r1"):
+    with pytest.raises(UnknownBenchmark, match="no benchmark b7, r2; choose from b1, b2a, r1, "):
         selected("b7,r1,r2")
 
 
