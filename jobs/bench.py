@@ -402,10 +402,11 @@ def b4(settings: Settings, work: Path) -> Result:
     )
     root = work / "b1"  # a loaded lake with nothing new
     decision = (
-        "from lakehouse.pending import pending_input; from lakehouse.registry import get_pipeline;"
+        "from lakehouse.pending import pending_input, unfinished_rederivation;"
+        "from lakehouse.registry import get_pipeline;"
         "from lakehouse.runlog import append_row, now; from lakehouse.settings import Settings;"
         f"s = Settings.from_env().with_root({str(root)!r}); p = get_pipeline('orders', s);"
-        "found = [pending_input(s, p, layer) for layer in p.layers];"
+        "found = [unfinished_rederivation(s, p, l) or pending_input(s, p, l) for l in p.layers];"
         "assert all(f.nothing for f in found), found;"
         "[append_row(s, pipeline='orders', layer=str(l), action='stream', run_id='bench',"
         " status='skipped', started_at=now(), ended_at=now()) for l in p.layers]"

@@ -11,7 +11,9 @@ retried batch changes nothing more.
 
 A new gold on existing tables starts from their current snapshot (the change feed's first
 batch holds it as inserts) and then follows their changes: it never replays the history of
-versions. ``reprocess`` and ``full_refresh`` recompute every row.
+versions. ``reprocess`` and ``full_refresh`` recompute every row once the stream has caught
+up (whose micro-batches then only move the checkpoint); a marker holds that promise until it
+is kept, so a run that dies in between leaves it to the next run.
 
 Run by ``spark-submit jobs/gold.py --pipeline orders``.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from pyspark import StorageLevel
@@ -37,6 +40,8 @@ from jobs.runtime import (
     rederiving,
     run_layer,
     run_stream,
+    under_rederive_marker,
+    unfinished_rederive,
 )
 from jobs.tables import ensure_table
 from lakehouse.checkpoints import Checkpoint, DeltaPosition
@@ -116,12 +121,21 @@ def touched(batch_df: DataFrame, gold: Gold, inputs: dict[str, Any]) -> DataFram
     return keys_df.distinct()
 
 
-def make_batch_writer(ctx: JobContext, gold: Gold, app_id: str) -> Callable[[DataFrame, int], None]:
+def make_batch_writer(
+    ctx: JobContext, gold: Gold, app_id: str, *, recompute_follows: bool = False
+) -> Callable[[DataFrame, int], None]:
+    """What each micro-batch does: recompute the rows its changes touch. With
+    ``recompute_follows`` (a re-derivation after the catch-up recomputes every row, under
+    its marker), a micro-batch only moves the checkpoint: recomputing its rows first would
+    be done again at once."""
     gold_location = ctx.path(gold.table)
     columns = ctx.pipeline.table(gold.table).columns
     scope = list(gold.recompute_columns)
 
     def write_batch(batch_df: DataFrame, batch_id: int) -> None:
+        if recompute_follows:
+            log.info("batch %d: left to the re-derivation of every row that follows", batch_id)
+            return
         spark = batch_df.sparkSession
         batch_df = batch_df.persist(StorageLevel.MEMORY_AND_DISK)
         inputs = current_inputs(spark, ctx, gold)
@@ -190,22 +204,33 @@ def body(ctx: JobContext) -> StreamResult:
         ensure_table(ctx.spark, ctx.settings, tables.table(item.table))
     ensure_table(ctx.spark, ctx.settings, ctx.pipeline.table(gold.table))
     app_id = checkpoint_query_id(ctx.spark, ctx.checkpoint)
-    result = run_stream(
-        ctx,
-        lambda: change_stream(ctx, gold).writeStream.foreachBatch(
-            ctx.guarded(make_batch_writer(ctx, gold, app_id))
-        ),
-    )
-    details: dict[str, Any] = result.details
-    details["keys_recomputed"] = ctx.counters.rows_out
-    details["input_versions"] = input_versions(ctx, gold)
     mode = ctx.params.mode
-    if mode != Mode.INCREMENTAL:
-        # Gold is a function of its inputs: re-deriving it means recomputing it from them.
-        figures: dict[str, Any] = {}
-        with rederiving(ctx, [i.table for i in gold.inputs], figures):
-            figures.update(recompute_all(ctx, gold, overwrite=mode == Mode.FULL_REFRESH))
-        details[str(mode)] = figures
+    # Gold is a function of its inputs: re-deriving it (this run's mode, or a re-derivation
+    # an earlier run left unfinished) means recomputing every row from them once the stream
+    # has caught up. The marker goes down before the catch-up, whose micro-batches then only
+    # move the checkpoint, and comes off when every row is recomputed.
+    earlier = unfinished_rederive(ctx)
+    if earlier is not None:
+        log.warning("an earlier re-derivation did not finish; doing it again in this run")
+    rederive = mode != Mode.INCREMENTAL or earlier is not None
+    full_refresh = mode == Mode.FULL_REFRESH or (earlier or {}).get("mode") == Mode.FULL_REFRESH
+    spec = {"mode": str(Mode.FULL_REFRESH if full_refresh else Mode.REPROCESS)}
+    with under_rederive_marker(ctx, spec) if rederive else nullcontext():
+        result = run_stream(
+            ctx,
+            lambda: change_stream(ctx, gold).writeStream.foreachBatch(
+                ctx.guarded(make_batch_writer(ctx, gold, app_id, recompute_follows=rederive))
+            ),
+        )
+        details: dict[str, Any] = result.details
+        details["keys_recomputed"] = ctx.counters.rows_out
+        details["input_versions"] = input_versions(ctx, gold)
+        if rederive:
+            faults.inject("gold.rederive.after_catch_up")
+            figures: dict[str, Any] = {}
+            with rederiving(ctx, [i.table for i in gold.inputs], figures):
+                figures.update(recompute_all(ctx, gold, overwrite=full_refresh))
+            details[str(mode) if mode != Mode.INCREMENTAL else "completed_rederive"] = figures
     return result
 
 

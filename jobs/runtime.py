@@ -477,6 +477,26 @@ def run_stream(
     return result
 
 
+def unfinished_rederive(ctx: JobContext) -> dict[str, Any] | None:
+    """What a re-derivation of this layer that was left unfinished had to do (its marker,
+    ``StreamSpec.rederive_marker``), or None."""
+    text = storage.read_text(ctx.spark, ctx.path(ctx.stream.rederive_marker))
+    return None if text is None else dict(json.loads(text))
+
+
+@contextmanager
+def under_rederive_marker(ctx: JobContext, spec: dict[str, Any]) -> Iterator[None]:
+    """Around a re-derivation that is not one commit (several writes, or writes a catch-up
+    before it left to it): its marker holds ``spec`` until it is done, so a run that dies
+    on the way leaves the marker, and the layer's next run, whatever its mode, does the same
+    re-derivation first (re-derivations are idempotent)."""
+    location = ctx.path(ctx.stream.rederive_marker)
+    text = json.dumps({**spec, "run_id": ctx.args.run_id})
+    storage.write_text(ctx.spark, location, text, overwrite=True)
+    yield
+    storage.delete(ctx.spark, location)
+
+
 @contextmanager
 def rederiving(ctx: JobContext, tables: Sequence[str], details: dict[str, Any]) -> Iterator[None]:
     """Around a re-derivation (a reprocess or a full refresh) that reads all of ``tables``:

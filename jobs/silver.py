@@ -20,7 +20,6 @@ Run by ``spark-submit jobs/silver.py --pipeline orders``.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -32,7 +31,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
-from jobs import faults, storage
+from jobs import faults
 from jobs.delta_writes import append_once
 from jobs.kinds import SilverKind, kind_for
 from jobs.runtime import (
@@ -43,6 +42,8 @@ from jobs.runtime import (
     rederiving,
     run_layer,
     run_stream,
+    under_rederive_marker,
+    unfinished_rederive,
 )
 from jobs.tables import ensure_table
 from jobs.validation import (
@@ -279,39 +280,24 @@ def rederive(
     return stats
 
 
-def _marker(ctx: JobContext) -> str:
-    """Present while silver is being re-derived: the writes of a re-derivation (the kind's
-    tables, then the quarantine) are not one commit, so a run that dies between them leaves
-    this, and the next run of the layer does the same re-derivation again first (it is
-    idempotent) before anything else."""
-    return ctx.path(f"_runs/{ctx.pipeline.name}.silver.rederive.json")
-
-
 def rederive_marked(
     ctx: JobContext, kind: SilverKind, window: tuple[datetime, datetime] | None
 ) -> dict[str, Any]:
-    marker = _marker(ctx)
-    spec = {
-        "window": [t.isoformat() for t in window] if window else None,
-        "run_id": ctx.args.run_id,
-    }
-    storage.write_text(ctx.spark, marker, json.dumps(spec), overwrite=True)
+    """``rederive`` under the layer's marker: its writes (the kind's tables, then the
+    quarantine) are not one commit."""
     stats: dict[str, Any] = {}
-    with rederiving(ctx, ctx.stream.sources, stats):
+    spec = {"window": [t.isoformat() for t in window] if window else None}
+    with under_rederive_marker(ctx, spec), rederiving(ctx, ctx.stream.sources, stats):
         stats.update(rederive(ctx, kind, window))
-    storage.delete(ctx.spark, marker)
     return stats
 
 
-def unfinished_rederive(ctx: JobContext) -> tuple[bool, tuple[datetime, datetime] | None]:
+def unfinished_window(ctx: JobContext) -> tuple[bool, tuple[datetime, datetime] | None]:
     """Whether a re-derivation was left unfinished, and its window (None: all of bronze)."""
-    text = storage.read_text(ctx.spark, _marker(ctx))
-    if text is None:
-        return False, None
-    window = json.loads(text)["window"]
-    if window is None:
-        return True, None
-    start, end = (datetime.fromisoformat(t) for t in window)
+    spec = unfinished_rederive(ctx)
+    if spec is None or spec["window"] is None:
+        return spec is not None, None
+    start, end = (datetime.fromisoformat(t) for t in spec["window"])
     return True, (start, end)
 
 
@@ -339,7 +325,7 @@ def body(ctx: JobContext) -> StreamResult:
         r.name: {"action": r.action, "records": ctx.counters.expectations[r.name]}
         for r in pipeline.expectations
     }
-    unfinished, earlier = unfinished_rederive(ctx)
+    unfinished, earlier = unfinished_window(ctx)
     if unfinished:
         log.warning("an earlier re-derivation did not finish; doing it again first")
         result.details["completed_rederive"] = rederive_marked(ctx, kind, earlier)

@@ -4,10 +4,11 @@ Reads the stream's checkpoint (``lakehouse.checkpoints``: the files a file sourc
 last committed offsets of Kafka or Delta sources) and the source itself (the landing folder;
 the brokers' latest offsets; the Delta log, through delta-rs) and says what is new since the
 last committed micro-batch. The ``dry_run`` param uses it to say what a run would do, and a
-scheduled run skips a layer with nothing new without starting Spark (``Pending.nothing``).
+scheduled run skips a layer with nothing to do without starting Spark (``Pending.nothing``, and
+no ``unfinished_rederivation``).
 
 A micro-batch that was planned but never committed (a killed run) is always something to do:
-the next run finishes it.
+the next run finishes it; so is a re-derivation that was left unfinished (its marker).
 """
 
 from __future__ import annotations
@@ -177,6 +178,18 @@ def kafka_backlog(layer: str, report: PreflightReport) -> Pending:
     )
 
 
+def unfinished_rederivation(
+    settings: Settings, pipeline: PipelineSpec, layer: str, s3: S3Config | None = None
+) -> Pending | None:
+    """A re-derivation of ``layer`` that an earlier run left unfinished (its marker,
+    ``StreamSpec.rederive_marker``), as work for the next run; None when there is none."""
+    marker = settings.path(pipeline.stream(layer).rederive_marker)
+    unfinished = storage_for(settings, s3).read_text(marker)
+    if unfinished is None:
+        return None
+    return Pending(layer, 1, None, f"a re-derivation to finish (left unfinished: {unfinished})")
+
+
 def pending_input(
     settings: Settings,
     pipeline: PipelineSpec,
@@ -225,7 +238,9 @@ def dry_run_report(
     for layer in params.layers:
         if layer not in pipeline.layers:
             continue
-        pending = pending_input(settings, pipeline, layer, s3=s3)
+        pending = unfinished_rederivation(settings, pipeline, layer, s3) or pending_input(
+            settings, pipeline, layer, s3=s3
+        )
         targets = ", ".join(pipeline.stream(layer).targets)
         lines.append(f"  {layer}: would read {pending.description} into {targets}")
         if layer != Layer.BRONZE and params.mode == Mode.REPROCESS:

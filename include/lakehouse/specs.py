@@ -587,6 +587,13 @@ class StreamSpec:
     def checkpoint(self) -> str:
         return f"_checkpoints/{self.targets[0]}"
 
+    @property
+    def rederive_marker(self) -> str:
+        """Present while the layer re-derives its tables from all of its input (a reprocess
+        or a full refresh), and after one that died: the layer's next run, whatever its mode,
+        does that re-derivation first, and a scheduled run never skips the layer as idle."""
+        return f"_runs/{self.name}.rederive.json"
+
 
 def _state_schema(record: RecordSpec, silver: LatestState) -> str:
     renamed = [(silver.rename.get(f.name, f.name), f) for f in record.fields]

@@ -422,20 +422,23 @@ class LakehouseJobOperator(LakehouseSubmitOperator):
     def _skip_if_idle(
         self, settings: Settings, params: RunParams, kafka: KafkaAccess | None = None
     ) -> None:
-        """Skip the layer, without starting a JVM, when its input has nothing new since its
-        checkpoint's last commit (an incremental run; every other mode does work). The
+        """Skip the layer, without starting a JVM, when it has nothing to do: nothing new in
+        its input since its checkpoint's last commit, and no re-derivation left unfinished
+        (an incremental run; every other mode does work). The
         decision is a run-log row too, written with delta-rs. Input known to be small starts
         the driver with the quick compiler (``Pending.small``), unless the driver is kept
         between runs (``lakehouse.jvm.compiles_quickly``)."""
         from lakehouse.params import Mode
-        from lakehouse.pending import pending_input
+        from lakehouse.pending import pending_input, unfinished_rederivation
         from lakehouse.runlog import append_row, now
 
         if params.mode != Mode.INCREMENTAL or params.accept_data_loss or params.kafka_replay_from:
             return
         started = now()
         pipeline = get_pipeline(self.pipeline)
-        pending = pending_input(settings, pipeline, self.layer, kafka, s3=self._s3)
+        pending = unfinished_rederivation(
+            settings, pipeline, self.layer, self._s3
+        ) or pending_input(settings, pipeline, self.layer, kafka, s3=self._s3)
         if not pending.nothing:
             self._quick_jit = compiles_quickly(pending.small, settings.run_driver_keep_s)
             speed = "; a small input: the driver JVM compiles quickly" if self._quick_jit else ""

@@ -12,12 +12,15 @@ from typing import Any
 
 import pytest
 
+from lakehouse.checkpoints import Checkpoint, DeltaPosition
 from lakehouse.errors import InvalidRunParams
 from lakehouse.params import RunParams
+from lakehouse.pending import pending_input, unfinished_rederivation
 from lakehouse.registry import get_pipeline
 from lakehouse.sample_data import OrderEventGenerator, render_file
 from tests.lake import Lake
 from tests.oracle import (
+    GOLD_COLUMNS,
     SILVER_COLUMNS,
     comparable,
     expected_tables,
@@ -28,6 +31,7 @@ from tests.oracle import (
 DAY1 = "2026-11-02T00:00:00Z"
 DAY2 = "2026-11-03T00:00:00Z"
 TABLES = ("silver/orders", "silver/orders_quarantine", "gold/sales_hourly")
+ORDERS = get_pipeline("orders")
 
 
 def deliver(lake: Lake, lines: list[bytes], seed: int) -> list[bytes]:
@@ -95,6 +99,7 @@ def window_orders(delivered: list[bytes]) -> tuple[set[str], set[str]]:
 
 
 TOTAL = SILVER_COLUMNS.index("total")
+ORDERS_COL = GOLD_COLUMNS.index("orders")
 
 
 def with_total_plus_one(row: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -194,6 +199,48 @@ def re_derivation_details(lake: Lake, layer: str, mode: str) -> dict[str, Any]:
     return dict(found[-1])
 
 
+def test_a_gold_re_derivation_that_dies_after_its_catch_up_is_finished_by_the_next_run(
+    loaded: tuple[Lake, list[bytes]],
+) -> None:
+    """Gold's re-derivation leaves the catch-up's micro-batches to the recompute of every row
+    after it. A run that dies in between has moved the checkpoint past silver's rewrite and
+    recomputed nothing: its marker keeps gold from being skipped as idle, and the next run,
+    whatever its mode, recomputes every row."""
+    lake, delivered = loaded
+    expected = comparable(expected_tables(delivered))
+    corrupt(lake)
+    assert lake.run("silver", "--mode", "full_refresh") == 0
+    silver_version = lake.version("silver/orders")
+    args = ("--mode", "full_refresh")
+    assert lake.run("gold", *args, fault="gold.rederive.after_catch_up") == 1
+    assert lake.contract_view()["gold"] == with_orders_plus_seven(expected["gold"])
+    gold_stream = ORDERS.stream("gold")
+    committed = Checkpoint(lake.storage, lake.settings.path(gold_stream.checkpoint))
+    position = DeltaPosition.from_offset(committed.committed_offsets().source(0))
+    assert position is not None and position.next_unread_version == silver_version + 1
+    # Silver has nothing new for gold, yet a scheduled run does not skip gold as idle.
+    assert pending_input(lake.settings, ORDERS, "gold").nothing
+    pending = unfinished_rederivation(lake.settings, ORDERS, "gold")
+    assert pending is not None and not pending.nothing
+    assert pending.description.startswith("a re-derivation to finish (left unfinished: ")
+    assert '"mode": "full_refresh"' in pending.description
+
+    assert lake.run("gold") == 0
+    assert lake.contract_view() == expected
+    assert not (lake.root / gold_stream.rederive_marker).exists()
+    assert unfinished_rederivation(lake.settings, ORDERS, "gold") is None
+    completed = re_derivation_details(lake, "gold", "completed_rederive")
+    assert completed["numOutputRows"] == len(expected["gold"])
+
+
+def with_orders_plus_seven(gold: dict[tuple, tuple]) -> dict[tuple, tuple]:
+    """Gold as ``corrupt`` leaves it: seven more orders in every row."""
+    return {
+        k: (*row[:ORDERS_COL], row[ORDERS_COL] + 7, *row[ORDERS_COL + 1 :])
+        for k, row in gold.items()
+    }
+
+
 @pytest.mark.parametrize("lake", ["local", "s3"], indirect=True)
 def test_full_refresh_rebuilds_without_an_empty_table_and_repeats_as_a_no_op(
     loaded: tuple[Lake, list[bytes]],
@@ -285,6 +332,11 @@ def test_a_reprocess_that_dies_between_its_writes_is_finished_by_the_next_run(
     # Silver's state is re-derived, its quarantine is not: the run dies in between.
     assert lake.run("silver", *args, fault="silver.rederive.after_silver") == 1
     assert lake.contract_view()["quarantine"] != expected["quarantine"]
+    # Bronze has nothing new, yet a scheduled run does not skip silver as idle.
+    assert pending_input(lake.settings, ORDERS, "silver").nothing
+    pending = unfinished_rederivation(lake.settings, ORDERS, "silver")
+    assert pending is not None and not pending.nothing
+    assert pending.description.startswith("a re-derivation to finish (left unfinished: ")
     # The next run, whatever its mode, finishes the re-derivation first.
     assert lake.run("silver") == 0
     assert lake.contract_view()["quarantine"] == expected["quarantine"]
