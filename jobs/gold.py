@@ -41,7 +41,7 @@ from jobs.runtime import (
     run_layer,
     run_stream,
     under_rederive_marker,
-    unfinished_rederive,
+    unfinished_rederive_spec,
 )
 from jobs.tables import ensure_table
 from lakehouse.checkpoints import Checkpoint, DeltaPosition
@@ -209,7 +209,7 @@ def body(ctx: JobContext) -> StreamResult:
     # an earlier run left unfinished) means recomputing every row from them once the stream
     # has caught up. The marker goes down before the catch-up, whose micro-batches then only
     # move the checkpoint, and comes off when every row is recomputed.
-    earlier = unfinished_rederive(ctx)
+    earlier = unfinished_rederive_spec(ctx)
     if earlier is not None:
         log.warning("an earlier re-derivation did not finish; doing it again in this run")
     rederive = mode != Mode.INCREMENTAL or earlier is not None

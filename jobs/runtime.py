@@ -477,7 +477,7 @@ def run_stream(
     return result
 
 
-def unfinished_rederive(ctx: JobContext) -> dict[str, Any] | None:
+def unfinished_rederive_spec(ctx: JobContext) -> dict[str, Any] | None:
     """What a re-derivation of this layer that was left unfinished had to do (its marker,
     ``StreamSpec.rederive_marker``), or None."""
     text = storage.read_text(ctx.spark, ctx.path(ctx.stream.rederive_marker))

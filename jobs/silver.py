@@ -43,7 +43,7 @@ from jobs.runtime import (
     run_layer,
     run_stream,
     under_rederive_marker,
-    unfinished_rederive,
+    unfinished_rederive_spec,
 )
 from jobs.tables import ensure_table
 from jobs.validation import (
@@ -294,7 +294,7 @@ def rederive_marked(
 
 def unfinished_window(ctx: JobContext) -> tuple[bool, tuple[datetime, datetime] | None]:
     """Whether a re-derivation was left unfinished, and its window (None: all of bronze)."""
-    spec = unfinished_rederive(ctx)
+    spec = unfinished_rederive_spec(ctx)
     if spec is None or spec["window"] is None:
         return spec is not None, None
     start, end = (datetime.fromisoformat(t) for t in spec["window"])

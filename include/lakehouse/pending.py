@@ -182,9 +182,12 @@ def unfinished_rederivation(
     settings: Settings, pipeline: PipelineSpec, layer: str, s3: S3Config | None = None
 ) -> Pending | None:
     """A re-derivation of ``layer`` that an earlier run left unfinished (its marker,
-    ``StreamSpec.rederive_marker``), as work for the next run; None when there is none."""
-    marker = settings.path(pipeline.stream(layer).rederive_marker)
-    unfinished = storage_for(settings, s3).read_text(marker)
+    ``StreamSpec.rederive_marker``), as work for the next run; None when there is none. A
+    layer that reads the raw source (bronze) never re-derives: no read for it."""
+    stream = pipeline.stream(layer)
+    if stream.reads_raw_source:
+        return None
+    unfinished = storage_for(settings, s3).read_text(settings.path(stream.rederive_marker))
     if unfinished is None:
         return None
     return Pending(layer, 1, None, f"a re-derivation to finish (left unfinished: {unfinished})")
