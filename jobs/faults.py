@@ -7,8 +7,10 @@ to hold a race's window open). Unset, ``inject`` is a dictionary lookup.
 Points: ``silver.after_quarantine``, ``silver.after_merge``, ``silver.after_changes`` (a
 history's changes written, not its versions), ``silver.rederive.after_changes``,
 ``silver.rederive.after_silver`` (a reprocess or full refresh between its writes),
-``gold.after_merge``, ``gold.rederive.after_catch_up`` (a reprocess or full refresh whose
-catch-up moved the checkpoint, before it recomputes every row), ``restore.before_checkpoint``
+``silver.rederive.after_catch_up`` (a full refresh whose catch-up moved the checkpoint,
+before it rewrites everything), ``gold.after_merge``, ``gold.rederive.after_catch_up`` (a
+reprocess or full refresh whose catch-up moved the checkpoint, before it recomputes every
+row), ``restore.before_checkpoint``
 (a restore that dies half-way), ``driver.idle_stop`` (a run's driver that stops for being
 idle, before it stops listening).
 """

@@ -13,7 +13,8 @@ one pass counts the valid and invalid records and every expectation's breaches. 
 
 Every write carries the batch's transaction id, so a retried batch changes nothing more.
 ``reprocess`` and ``full_refresh`` first catch the stream up, then re-derive silver from
-bronze: for the keys with an event in the window (the declared ``record.time``), or for all.
+bronze: for the keys with an event in the window (the declared ``record.time``), or for all
+(whose catch-up then only moves the checkpoint: everything is rewritten after it).
 
 Run by ``spark-submit jobs/silver.py --pipeline orders``.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
@@ -151,13 +153,20 @@ def not_quarantined_yet(ctx: JobContext, quarantine_df: DataFrame) -> DataFrame:
 
 
 def make_batch_writer(
-    ctx: JobContext, kind: SilverKind, app_id: str
+    ctx: JobContext, kind: SilverKind, app_id: str, *, rederive_follows: bool = False
 ) -> Callable[[DataFrame, int], None]:
+    """What each micro-batch does: judge its records, quarantine the invalid ones and fold
+    the rest into silver. With ``rederive_follows`` (a re-derivation of all of bronze after
+    the catch-up rewrites silver and the quarantine, under its marker), a micro-batch only
+    moves the checkpoint: writing its records first would be undone at once."""
     pipeline = ctx.pipeline
     assert pipeline.record is not None and pipeline.silver is not None
     quarantine_location = ctx.path(pipeline.silver.quarantine)
 
     def write_batch(bronze_df: DataFrame, batch_id: int) -> None:
+        if rederive_follows:
+            log.info("batch %d: left to the re-derivation of all of bronze that follows", batch_id)
+            return
         marked_df = judged(bronze_df, pipeline)
         counts = measure(marked_df, pipeline)
         check_failures(counts, pipeline, f"micro-batch {batch_id}")
@@ -280,16 +289,27 @@ def rederive(
     return stats
 
 
-def rederive_marked(
+def rederived(
     ctx: JobContext, kind: SilverKind, window: tuple[datetime, datetime] | None
 ) -> dict[str, Any]:
-    """``rederive`` under the layer's marker: its writes (the kind's tables, then the
-    quarantine) are not one commit."""
+    """``rederive``, with its run-log figures saying how it was evaluated."""
     stats: dict[str, Any] = {}
-    spec = {"window": [t.isoformat() for t in window] if window else None}
-    with under_rederive_marker(ctx, spec), rederiving(ctx, ctx.stream.sources, stats):
+    with rederiving(ctx, ctx.stream.sources, stats):
         stats.update(rederive(ctx, kind, window))
     return stats
+
+
+def marker_spec(window: tuple[datetime, datetime] | None) -> dict[str, Any]:
+    return {"window": [t.isoformat() for t in window] if window else None}
+
+
+def rederive_marked(
+    ctx: JobContext, kind: SilverKind, window: tuple[datetime, datetime]
+) -> dict[str, Any]:
+    """``rederive`` of a window under the layer's marker: its writes (the kind's tables,
+    then the quarantine) are not one commit."""
+    with under_rederive_marker(ctx, marker_spec(window)):
+        return rederived(ctx, kind, window)
 
 
 def unfinished_window(ctx: JobContext) -> tuple[bool, tuple[datetime, datetime] | None]:
@@ -308,6 +328,15 @@ def body(ctx: JobContext) -> StreamResult:
         ensure_table(ctx.spark, ctx.settings, spec)
     app_id = checkpoint_query_id(ctx.spark, ctx.checkpoint)
     kind = kind_for(ctx, app_id)
+    params = ctx.params
+    unfinished, earlier = unfinished_window(ctx)
+    if unfinished:
+        log.warning("an earlier re-derivation did not finish; doing it again in this run")
+    # A re-derivation of all of bronze (this run's full refresh, or one an earlier run left
+    # unfinished) rewrites silver and the quarantine once the stream has caught up. Its
+    # marker goes down before the catch-up, whose micro-batches then only move the
+    # checkpoint, and comes off when everything is rewritten. It covers any window too.
+    everything = params.mode == Mode.FULL_REFRESH or (unfinished and earlier is None)
 
     # Bronze is append-only: its own writes only add files (a Kafka replay too: an insert-only
     # MERGE). A commit that removes rows is a manual DELETE, UPDATE or RESTORE: silver keeps
@@ -315,27 +344,30 @@ def body(ctx: JobContext) -> StreamResult:
     # not quarantined twice (see write_batch).
     def writer() -> DataStreamWriter:
         bronze_df = read_delta_stream(ctx, 0, skipChangeCommits="true")
-        return bronze_df.writeStream.foreachBatch(ctx.guarded(make_batch_writer(ctx, kind, app_id)))
+        write_batch = make_batch_writer(ctx, kind, app_id, rederive_follows=everything)
+        return bronze_df.writeStream.foreachBatch(ctx.guarded(write_batch))
 
-    # Every mode first catches the stream up: afterwards each bronze record is in silver, in
-    # quarantine or dropped exactly once, and the checkpoint stays the only thing that moves it.
-    result = run_stream(ctx, writer)
-    result.rows_quarantined = ctx.counters.rows_quarantined
-    result.details["expectations"] = {
-        r.name: {"action": r.action, "records": ctx.counters.expectations[r.name]}
-        for r in pipeline.expectations
-    }
-    unfinished, earlier = unfinished_window(ctx)
-    if unfinished:
-        log.warning("an earlier re-derivation did not finish; doing it again first")
+    with under_rederive_marker(ctx, marker_spec(None)) if everything else nullcontext():
+        # Every mode first catches the stream up: afterwards each bronze record is in silver,
+        # in quarantine or dropped exactly once (or left to the re-derivation of everything),
+        # and the checkpoint stays the only thing that moves it.
+        result = run_stream(ctx, writer)
+        result.rows_quarantined = ctx.counters.rows_quarantined
+        result.details["expectations"] = {
+            r.name: {"action": r.action, "records": ctx.counters.expectations[r.name]}
+            for r in pipeline.expectations
+        }
+        if everything:
+            faults.inject("silver.rederive.after_catch_up")
+            what = "full_refresh" if params.mode == Mode.FULL_REFRESH else "completed_rederive"
+            result.details[what] = rederived(ctx, kind, None)
+    if unfinished and not everything:
+        assert earlier is not None
         result.details["completed_rederive"] = rederive_marked(ctx, kind, earlier)
-    params = ctx.params
     if params.mode == Mode.REPROCESS:
         assert params.reprocess_from and params.reprocess_to
         window = (params.reprocess_from, params.reprocess_to)
         result.details["reprocess"] = rederive_marked(ctx, kind, window)
-    elif params.mode == Mode.FULL_REFRESH:
-        result.details["full_refresh"] = rederive_marked(ctx, kind, None)
     return result
 
 

@@ -284,6 +284,39 @@ def test_new_data_after_a_full_refresh_is_read_once(loaded: tuple[Lake, list[byt
     assert lake.contract_view() == comparable(expected_tables(delivered))
 
 
+def test_a_silver_full_refresh_that_dies_after_its_catch_up_is_finished_by_the_next_run(
+    loaded: tuple[Lake, list[bytes]],
+) -> None:
+    """A full refresh's catch-up only moves the checkpoint: everything is rewritten after it.
+    A run that dies in between has written nothing and read the new records past its
+    checkpoint; its marker keeps silver from being skipped as idle, and the next run,
+    whatever its mode, rewrites silver and the quarantine from all of bronze."""
+    lake, delivered = loaded
+    delivered += deliver(lake, OrderEventGenerator(seed=43).batch(60), seed=3)
+    assert lake.run("bronze") == 0
+    expected = comparable(expected_tables(delivered))
+    corrupt(lake)
+    versions = {t: lake.version(t) for t in TABLES[:2]}
+    args = ("--mode", "full_refresh")
+    assert lake.run("silver", *args, fault="silver.rederive.after_catch_up") == 1
+    assert {t: lake.version(t) for t in TABLES[:2]} == versions
+    silver_stream = ORDERS.stream("silver")
+    committed = Checkpoint(lake.storage, lake.settings.path(silver_stream.checkpoint))
+    position = DeltaPosition.from_offset(committed.committed_offsets().source(0))
+    assert position is not None
+    assert position.next_unread_version == lake.version("bronze/orders_events") + 1
+    assert pending_input(lake.settings, ORDERS, "silver").nothing
+    pending = unfinished_rederivation(lake.settings, ORDERS, "silver")
+    assert pending is not None and '"window": null' in pending.description
+
+    assert lake.run("silver") == 0
+    assert lake.run("gold", *args) == 0
+    assert lake.contract_view() == expected
+    assert not (lake.root / silver_stream.rederive_marker).exists()
+    completed = re_derivation_details(lake, "silver", "completed_rederive")
+    assert completed["quarantine_rows"] == sum(expected["quarantine"].values())
+
+
 BAD_PARAMS = [
     (("--mode", "replay"), "mode='replay' is not one of"),
     (("--mode", "reprocess"), "needs both reprocess_from and reprocess_to"),
