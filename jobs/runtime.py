@@ -46,7 +46,7 @@ from jobs.tables import ensure_table
 from lakehouse import runlog
 from lakehouse.authz import ACCEPT_DATA_LOSS, require_grant
 from lakehouse.backups import restore_marker
-from lakehouse.checkpoints import Checkpoint, DeltaPosition
+from lakehouse.checkpoints import Checkpoint, DeltaPosition, RederiveMarker
 from lakehouse.errors import ConfigurationError, LakehouseError, RestoreInProgress
 from lakehouse.locks import check_held, on_any_lost, table_locks
 from lakehouse.params import RunParams
@@ -477,11 +477,14 @@ def run_stream(
     return result
 
 
+def rederive_marker(ctx: JobContext) -> RederiveMarker:
+    """This layer's re-derivation marker (``lakehouse.checkpoints.RederiveMarker``)."""
+    return RederiveMarker(storage.HadoopStorage(ctx.spark), ctx.path(ctx.stream.rederive_marker))
+
+
 def unfinished_rederive_spec(ctx: JobContext) -> dict[str, Any] | None:
-    """What a re-derivation of this layer that was left unfinished had to do (its marker,
-    ``StreamSpec.rederive_marker``), or None."""
-    text = storage.read_text(ctx.spark, ctx.path(ctx.stream.rederive_marker))
-    return None if text is None else dict(json.loads(text))
+    """What a re-derivation of this layer that was left unfinished had to do, or None."""
+    return rederive_marker(ctx).spec()
 
 
 @contextmanager
@@ -490,11 +493,10 @@ def under_rederive_marker(ctx: JobContext, spec: dict[str, Any]) -> Iterator[Non
     before it left to it): its marker holds ``spec`` until it is done, so a run that dies
     on the way leaves the marker, and the layer's next run, whatever its mode, does the same
     re-derivation first (re-derivations are idempotent)."""
-    location = ctx.path(ctx.stream.rederive_marker)
-    text = json.dumps({**spec, "run_id": ctx.args.run_id})
-    storage.write_text(ctx.spark, location, text, overwrite=True)
+    marker = rederive_marker(ctx)
+    marker.put({**spec, "run_id": ctx.args.run_id})
     yield
-    storage.delete(ctx.spark, location)
+    marker.clear()
 
 
 @contextmanager

@@ -178,6 +178,29 @@ class Checkpoint:
         return seen
 
 
+@dataclass(frozen=True)
+class RederiveMarker:
+    """A layer's re-derivation that is not one commit (``StreamSpec.rederive_marker``): put
+    down before its first write, cleared after its last, holding as JSON what it has to do
+    and the run that began it. A marker that is there is a promise the layer's next run
+    keeps, whatever its mode; read and written through any ``lakehouse.fs.Storage``, so the
+    idle check (no Spark) and the jobs read the same thing."""
+
+    storage: Storage
+    location: str
+
+    def spec(self) -> dict[str, Any] | None:
+        """What the unfinished re-derivation has to do; None when there is none."""
+        text = self.storage.read_text(self.location)
+        return None if text is None else dict(json.loads(text))
+
+    def put(self, spec: Mapping[str, Any]) -> None:
+        self.storage.write_bytes(self.location, json.dumps(dict(spec)).encode("utf-8"))
+
+    def clear(self) -> None:
+        self.storage.delete_file(self.location)
+
+
 def txn_problem(
     table: str, txn_version: int | None, last_commit: int | None, last_offsets: int | None
 ) -> str | None:

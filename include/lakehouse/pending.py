@@ -13,11 +13,12 @@ the next run finishes it; so is a re-derivation that was left unfinished (its ma
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lakehouse.checkpoints import Checkpoint, DeltaPosition
+from lakehouse.checkpoints import Checkpoint, DeltaPosition, RederiveMarker
 from lakehouse.fs import Storage, delta_storage_options, normalize_location, storage_for
 from lakehouse.params import Mode, RunParams
 from lakehouse.settings import Settings, SourceKind
@@ -187,10 +188,12 @@ def unfinished_rederivation(
     stream = pipeline.stream(layer)
     if stream.reads_raw_source:
         return None
-    unfinished = storage_for(settings, s3).read_text(settings.path(stream.rederive_marker))
-    if unfinished is None:
+    marker = RederiveMarker(storage_for(settings, s3), settings.path(stream.rederive_marker))
+    spec = marker.spec()
+    if spec is None:
         return None
-    return Pending(layer, 1, None, f"a re-derivation to finish (left unfinished: {unfinished})")
+    left = json.dumps(spec)
+    return Pending(layer, 1, None, f"a re-derivation to finish (left unfinished: {left})")
 
 
 def pending_input(
