@@ -36,6 +36,7 @@ from jobs.runtime import (
     JobContext,
     StreamResult,
     checkpoint_query_id,
+    left_to_rederivation,
     read_delta_stream,
     rederiving,
     run_layer,
@@ -121,21 +122,13 @@ def touched(batch_df: DataFrame, gold: Gold, inputs: dict[str, Any]) -> DataFram
     return keys_df.distinct()
 
 
-def make_batch_writer(
-    ctx: JobContext, gold: Gold, app_id: str, *, recompute_follows: bool = False
-) -> Callable[[DataFrame, int], None]:
-    """What each micro-batch does: recompute the rows its changes touch. With
-    ``recompute_follows`` (a re-derivation after the catch-up recomputes every row, under
-    its marker), a micro-batch only moves the checkpoint: recomputing its rows first would
-    be done again at once."""
+def make_batch_writer(ctx: JobContext, gold: Gold, app_id: str) -> Callable[[DataFrame, int], None]:
+    """What each micro-batch does: recompute the rows its changes touch."""
     gold_location = ctx.path(gold.table)
     columns = ctx.pipeline.table(gold.table).columns
     scope = list(gold.recompute_columns)
 
     def write_batch(batch_df: DataFrame, batch_id: int) -> None:
-        if recompute_follows:
-            log.info("batch %d: left to the re-derivation of every row that follows", batch_id)
-            return
         spark = batch_df.sparkSession
         batch_df = batch_df.persist(StorageLevel.MEMORY_AND_DISK)
         inputs = current_inputs(spark, ctx, gold)
@@ -219,7 +212,9 @@ def body(ctx: JobContext) -> StreamResult:
         result = run_stream(
             ctx,
             lambda: change_stream(ctx, gold).writeStream.foreachBatch(
-                ctx.guarded(make_batch_writer(ctx, gold, app_id, recompute_follows=rederive))
+                ctx.guarded(
+                    left_to_rederivation if rederive else make_batch_writer(ctx, gold, app_id)
+                )
             ),
         )
         details: dict[str, Any] = result.details

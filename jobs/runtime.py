@@ -477,6 +477,13 @@ def run_stream(
     return result
 
 
+def left_to_rederivation(batch_df: DataFrame, batch_id: int) -> None:
+    """A micro-batch of the catch-up before a re-derivation of everything (under the layer's
+    marker): it only moves the checkpoint, since the re-derivation that follows writes its
+    records with every other one."""
+    log.info("batch %d: left to the re-derivation of everything that follows", batch_id)
+
+
 def rederive_marker(ctx: JobContext) -> RederiveMarker:
     """This layer's re-derivation marker (``lakehouse.checkpoints.RederiveMarker``)."""
     return RederiveMarker(storage.HadoopStorage(ctx.spark), ctx.path(ctx.stream.rederive_marker))

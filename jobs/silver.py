@@ -40,6 +40,7 @@ from jobs.runtime import (
     JobContext,
     StreamResult,
     checkpoint_query_id,
+    left_to_rederivation,
     read_delta_stream,
     rederiving,
     run_layer,
@@ -153,20 +154,15 @@ def not_quarantined_yet(ctx: JobContext, quarantine_df: DataFrame) -> DataFrame:
 
 
 def make_batch_writer(
-    ctx: JobContext, kind: SilverKind, app_id: str, *, rederive_follows: bool = False
+    ctx: JobContext, kind: SilverKind, app_id: str
 ) -> Callable[[DataFrame, int], None]:
     """What each micro-batch does: judge its records, quarantine the invalid ones and fold
-    the rest into silver. With ``rederive_follows`` (a re-derivation of all of bronze after
-    the catch-up rewrites silver and the quarantine, under its marker), a micro-batch only
-    moves the checkpoint: writing its records first would be undone at once."""
+    the rest into silver."""
     pipeline = ctx.pipeline
     assert pipeline.record is not None and pipeline.silver is not None
     quarantine_location = ctx.path(pipeline.silver.quarantine)
 
     def write_batch(bronze_df: DataFrame, batch_id: int) -> None:
-        if rederive_follows:
-            log.info("batch %d: left to the re-derivation of all of bronze that follows", batch_id)
-            return
         marked_df = judged(bronze_df, pipeline)
         counts = measure(marked_df, pipeline)
         check_failures(counts, pipeline, f"micro-batch {batch_id}")
@@ -344,7 +340,7 @@ def body(ctx: JobContext) -> StreamResult:
     # not quarantined twice (see write_batch).
     def writer() -> DataStreamWriter:
         bronze_df = read_delta_stream(ctx, 0, skipChangeCommits="true")
-        write_batch = make_batch_writer(ctx, kind, app_id, rederive_follows=everything)
+        write_batch = left_to_rederivation if everything else make_batch_writer(ctx, kind, app_id)
         return bronze_df.writeStream.foreachBatch(ctx.guarded(write_batch))
 
     with under_rederive_marker(ctx, marker_spec(None)) if everything else nullcontext():
