@@ -11,7 +11,8 @@ little).
   start;
 * B5: silver's parse and validation / a plain read of the same records with a schema;
 * B6: silver's MERGE of a micro-batch / a plain append of the same rows;
-* R1: reprocessing a tenth of the table's days (silver and gold) / a full refresh of both;
+* R1: reprocessing a tenth of the table's days (silver and gold) / a full refresh of both
+  (alternating, twice each: the medians);
 
 plus the latency of a small delivery (one new file into a large table) end to end through
 Airflow (with the run's own driver, and with a driver kept between runs: the second of two
@@ -169,8 +170,14 @@ def r1(spark: Any, settings: Settings, work: Path) -> Result:
         "--reprocess-from", (start + timedelta(days=days // 2)).strftime(stamp),
         "--reprocess-to", (start + timedelta(days=days // 2 + window_days)).strftime(stamp),
     )  # fmt: skip
-    reprocess_s = timed(lambda: lake.run("silver", "gold", args=window))
-    refresh_s = timed(lambda: lake.run("silver", "gold", args=("--mode", "full_refresh")))
+    # Alternating, twice each, so that neither side alone pays for the first run of its plans
+    # in this driver (measured once, reprocess first: 8.81 / 8.31 s; the medians of the same
+    # run, 7.79 / 8.07 s, its second reprocess 6.78 s).
+    reprocess, refresh = [], []
+    for _ in range(2):
+        reprocess.append(timed(lambda: lake.run("silver", "gold", args=window)))
+        refresh.append(timed(lambda: lake.run("silver", "gold", args=("--mode", "full_refresh"))))
+    reprocess_s, refresh_s = statistics.median(reprocess), statistics.median(refresh)
     return Result(
         "R1",
         f"reprocess {window_days} day(s) of {days} / full refresh (silver+gold)",
@@ -178,7 +185,7 @@ def r1(spark: Any, settings: Settings, work: Path) -> Result:
         refresh_s,
         reprocess_s / refresh_s,
         "<= 0.3",
-        {"days": days, "window_days": window_days},
+        {"days": days, "window_days": window_days, "reprocess_s": reprocess, "refresh_s": refresh},
     )
 
 
