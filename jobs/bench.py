@@ -171,8 +171,7 @@ def r1(spark: Any, settings: Settings, work: Path) -> Result:
         "--reprocess-to", (start + timedelta(days=days // 2 + window_days)).strftime(stamp),
     )  # fmt: skip
     # Alternating, twice each, so that neither side alone pays for the first run of its plans
-    # in this driver: the first reprocess costs 2 s more than the second (two runs: 8.81 and
-    # 6.78 s, 9.19 and 7.10 s), a full refresh 0.5 s more.
+    # in this driver (the figures: README, Performance).
     reprocess, refresh = [], []
     for _ in range(2):
         reprocess.append(timed(lambda: lake.run("silver", "gold", args=window)))
