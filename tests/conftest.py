@@ -8,6 +8,7 @@ Each folder marks its tests (``unit``, ``spark``, ``e2e``), so ``pytest -m unit`
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,7 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 
 _FOLDER_MARKERS = {"unit": "unit", "spark": "spark", "e2e": "e2e"}
+_S3_BUILD = pytest.StashKey[subprocess.Popen[bytes] | None]()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -36,6 +38,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         marker = _FOLDER_MARKERS.get(folder)
         if marker:
             item.add_marker(marker)
+
+
+def _needs_s3_server(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return "s3_server" in getattr(item, "fixturenames", ()) or (
+        callspec is not None and callspec.params.get("lake") == "s3"
+    )
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """When a selected test needs the local S3 server and its binary is not cached yet (a
+    fresh checkout), start building it now, in the background, so that the tests before the
+    first one that needs it run meanwhile."""
+    if any(_needs_s3_server(item) for item in session.items):
+        from lakehouse.local import seaweedfs
+
+        session.config.stash[_S3_BUILD] = seaweedfs.start_background_build(Settings.from_env())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    build = session.config.stash.get(_S3_BUILD, None)
+    if build is not None:
+        from lakehouse.local import seaweedfs
+
+        seaweedfs.stop_background_build(build)
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from lakehouse.local import services
 from lakehouse.settings import Settings
@@ -35,3 +39,69 @@ def test_a_service_whose_starter_died_is_left_behind_and_one_started_by_hand_is_
     services.release(settings, "s3")
     assert not services.left_behind(settings, "s3")
     assert sorted(p.name for p in services.services_dir(settings).iterdir()) == []
+
+
+FAKE_GO = """#!/bin/sh
+# A stand-in for `go build ... -o <out> ...`: a partial binary first, the whole one at the end.
+echo build >> "$FAKE_GO_CALLS"
+while [ $# -gt 0 ]; do [ "$1" = "-o" ] && out="$2"; shift; done
+echo partial > "$out"
+sleep "${FAKE_GO_SLEEP:-0}"
+echo weed > "$out"
+"""
+
+
+def test_the_s3_server_builds_in_the_background_once_and_a_stopped_build_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lakehouse.local import seaweedfs
+
+    tools = tmp_path / "tools" / "seaweedfs"
+    tools.mkdir(parents=True)
+    (tools / "go.mod").write_text(f"module build\n\nrequire (\n\t{seaweedfs.MODULE} v9.9.9\n)\n")
+    go, calls = tmp_path / "go", tmp_path / "go-calls"
+    go.write_text(FAKE_GO)
+    go.chmod(0o755)
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path))
+    monkeypatch.setenv("GO", str(go))
+    monkeypatch.setenv("FAKE_GO_CALLS", str(calls))
+    monkeypatch.setenv("FAKE_GO_SLEEP", "2")
+    settings = Settings.from_env()
+    target = seaweedfs.binary_path(settings)
+    assert target.name == "weed-v9.9.9"
+
+    # The session's background build holds the lock; the first test that needs the server
+    # waits for it, says so, and builds nothing itself.
+    build = seaweedfs.start_background_build(settings)
+    assert build is not None
+    _wait_for(calls.exists)
+    assert seaweedfs.weed_binary(settings) == target
+    assert "waiting for SeaweedFS v9.9.9, which another process is building" in (
+        capsys.readouterr().out
+    )
+    assert build.wait(timeout=30) == 0
+    assert target.read_text() == "weed\n"
+    assert calls.read_text() == "build\n"
+    assert seaweedfs.start_background_build(settings) is None  # cached
+
+    # A session that ends before its build does stops it: no binary, no partial one; the
+    # next build starts over.
+    target.unlink()
+    monkeypatch.setenv("FAKE_GO_SLEEP", "60")
+    build = seaweedfs.start_background_build(settings)
+    assert build is not None
+    _wait_for(lambda: calls.read_text().count("build") == 2)
+    seaweedfs.stop_background_build(build)
+    assert build.returncode is not None
+    assert not target.exists()
+    monkeypatch.setenv("FAKE_GO_SLEEP", "0")
+    assert seaweedfs.weed_binary(settings).read_text() == "weed\n"
+    assert calls.read_text() == "build\n" * 3
+    assert sorted(p.name for p in target.parent.glob(".*.tmp")) == []
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)

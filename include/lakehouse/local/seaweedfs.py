@@ -13,13 +13,16 @@ server with them, ``lakehouse.local.env`` exports them as ``AWS_*`` for shells a
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -74,10 +77,52 @@ def weed_binary(settings: Settings) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(
+                f"waiting for SeaweedFS {pinned_version(settings)}, which another process is "
+                f"building (log in {target.parent / 'build.log'})",
+                flush=True,
+            )
+            fcntl.flock(lock, fcntl.LOCK_EX)
         if not target.exists():
             _build(settings, target)
     return target
+
+
+def start_background_build(settings: Settings) -> subprocess.Popen[bytes] | None:
+    """Start building the pinned ``weed`` in a separate process group at low priority, unless
+    it is cached (then None). The test session does it as it starts, so that the build's
+    downloads and compilation (minutes on a fresh machine) overlap the tests before the first
+    that needs the server, which then waits for it through ``weed_binary``'s lock; a build
+    that failed there is done again, in the foreground, by that first test. Its output goes
+    to ``background-build.log`` beside the binary."""
+    target = binary_path(settings)
+    if target.exists():
+        return None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nice = ["nice", "-n", "10"] if shutil.which("nice") else []
+    with open(target.parent / "background-build.log", "w") as log:
+        return subprocess.Popen(
+            [*nice, sys.executable, "-m", "lakehouse.local.seaweedfs"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop_background_build(process: subprocess.Popen[bytes]) -> None:
+    """Stop a background build that is still running (its whole process group)."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 def _build(settings: Settings, target: Path) -> None:
@@ -89,6 +134,9 @@ def _build(settings: Settings, target: Path) -> None:
         f"modules and compiles for several minutes; log in {log_path})",
         flush=True,
     )
+    # Under the lock no other build runs: a partial binary left here is a killed build's.
+    for stale in target.parent.glob(f".{target.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
     t0 = time.monotonic()
     # -mod=readonly: the build uses the pins as committed and never rewrites go.mod or go.sum.
     env = {**os.environ, "GOFLAGS": f"{os.environ.get('GOFLAGS', '')} -mod=readonly".strip()}
@@ -163,3 +211,13 @@ def s3_port(env: Mapping[str, str] | None = None) -> int:
 
 def endpoint_url(port: int) -> str:
     return f"http://127.0.0.1:{port}"
+
+
+def main() -> int:
+    """Build the pinned ``weed`` unless it is cached: ``python -m lakehouse.local.seaweedfs``."""
+    print(weed_binary(Settings.from_env()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
