@@ -106,6 +106,11 @@ def judged(records_df: DataFrame, pipeline: PipelineSpec) -> DataFrame:
     ).localCheckpoint(eager=False, storageLevel=StorageLevel.MEMORY_AND_DISK)
 
 
+def kept_records(marked_df: DataFrame) -> DataFrame:
+    """The valid records of a judged batch that no ``drop`` expectation removes: silver's."""
+    return marked_df.where(F.col(VALID_COL) & ~F.col(_DROPPED))
+
+
 def measure(
     marked_df: DataFrame, pipeline: PipelineSpec, quarantined: Column | None = None
 ) -> dict[str, int]:
@@ -177,7 +182,7 @@ def make_batch_writer(
         faults.inject("silver.after_quarantine")
         kept = valid - sum(counts[r.name] for r in pipeline.expectations if r.action == "drop")
         if valid:
-            kind.merge_batch(marked_df.where(F.col(VALID_COL) & ~F.col(_DROPPED)), batch_id)
+            kind.merge_batch(kept_records(marked_df), batch_id)
             faults.inject("silver.after_merge")
         ctx.counters.rows_out += kept
         ctx.counters.rows_quarantined += invalid
@@ -255,9 +260,7 @@ def rederive(
         what = "the window" if window else "bronze"
         check_failures(counts, pipeline, what)
         check_held()
-        stats: dict[str, Any] = dict(
-            kind.rederive(marked_df.where(F.col(VALID_COL) & ~F.col(_DROPPED)), keys_df)
-        )
+        stats: dict[str, Any] = dict(kind.rederive(kept_records(marked_df), keys_df))
         faults.inject("silver.rederive.after_silver")
         quarantine_df = to_quarantine(marked_df.where(in_window), pipeline)
         location = ctx.path(pipeline.silver.quarantine)
