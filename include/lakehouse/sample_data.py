@@ -68,7 +68,8 @@ class OrderEventGenerator:
     late_ratio: float = 0.05
     duplicate_ratio: float = 0.03
     rng: random.Random = field(init=False)
-    _orders: dict[str, dict] = field(init=False, default_factory=dict)
+    # Every order so far, in the order made: a list, so that picking one is O(1).
+    _orders: list[dict] = field(init=False, default_factory=list)
     _clock: datetime = field(init=False)
     _event_seq: int = field(init=False, default=0)
     _held_back: list[bytes] = field(init=False, default_factory=list)
@@ -120,12 +121,12 @@ class OrderEventGenerator:
             "items": self.rng.randint(1, 9),
             "state": "placed",
         }
-        self._orders[str(order["order_id"])] = order
+        self._orders.append(order)
         return order
 
     def _invalid(self, kind: str) -> bytes:
         if self._orders:
-            order = self.rng.choice(list(self._orders.values()))
+            order = self.rng.choice(self._orders)
         else:
             order = self._new_order()
         event = self._event(order, "placed")
@@ -160,7 +161,7 @@ class OrderEventGenerator:
             yield self._event(self._new_order(), "placed")
             # Existing orders move on: updates (new totals) and cancellations.
             if self._orders and self.rng.random() < 0.6:
-                order = self.rng.choice(list(self._orders.values()))
+                order = self.rng.choice(self._orders)
                 if order["state"] != "cancelled":
                     if self.rng.random() < 0.75:
                         order["total"] = round(order["total"] * self.rng.uniform(0.5, 1.5), 2)
