@@ -285,7 +285,7 @@ def b2_large(spark: Any, settings: Settings, work: Path, events: int, rounds: in
     large, base = statistics.median(times[10]), statistics.median(times[1])
     return Result(
         "B2b",
-        "same delivery into a 10x larger table / into the base table (medians of 3)",
+        f"same delivery into a 10x larger table / into the base table (medians of {rounds})",
         large,
         base,
         large / base,
@@ -376,7 +376,7 @@ def b5(spark: Any, settings: Settings, work: Path, events: int) -> Result:
 def b6(spark: Any, settings: Settings, work: Path, events: int, rounds: int = 3) -> Result:
     """Silver's MERGE of a micro-batch (its winners, as silver computes them: ``upsert_newer``
     with the batch's transaction id) against a plain append of the same rows, each into its
-    own copy of the same silver table: three deliveries of about 5 %, alternating which side
+    own copy of the same silver table: ``rounds`` deliveries of about 5 %, alternating which side
     goes first, the medians. The whole silver run of each delivery (stream start and stop,
     validation, quarantine, MERGE, run log) is kept in the details."""
     from pyspark import StorageLevel
@@ -434,7 +434,7 @@ def b6(spark: Any, settings: Settings, work: Path, events: int, rounds: int = 3)
     merge_m, append_m = statistics.median(merge_s), statistics.median(append_s)
     return Result(
         "B6",
-        "silver's MERGE of a batch / plain append of its rows (medians of 3)",
+        f"silver's MERGE of a batch / plain append of its rows (medians of {rounds})",
         merge_m,
         append_m,
         merge_m / append_m,
