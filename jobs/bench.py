@@ -381,6 +381,7 @@ def b6(spark: Any, settings: Settings, work: Path, events: int, rounds: int = 3)
     validation, quarantine, MERGE, run log) is kept in the details."""
     from pyspark import StorageLevel
 
+    from jobs.delta_state import table_version
     from jobs.delta_writes import upsert_newer
     from jobs.silver import judged, kept_records
     from jobs.transforms import StateShape, latest_per_key, newer_condition, with_state_columns
@@ -397,12 +398,13 @@ def b6(spark: Any, settings: Settings, work: Path, events: int, rounds: int = 3)
     for copy in (merged, appended):
         lake.table("silver/orders").write.format("delta").save(copy)
     bronze = lake.settings.path("bronze/orders_events")
+    on, newer = f"t.{shape.key} = s.{shape.key}", newer_condition(shape)
     merge_s: list[float] = []
     append_s: list[float] = []
     run_s: list[float] = []
     rows: list[int] = []
     for r in range(rounds):
-        version = int(spark.sql(f"DESCRIBE HISTORY delta.`{bronze}` LIMIT 1").first()["version"])
+        version = table_version(spark, bronze)
         lake.land(
             OrderEventGenerator(seed=602 + r).batch(max(1, round(events * 0.05 / 1.6))), 3 + r
         )
@@ -418,7 +420,6 @@ def b6(spark: Any, settings: Settings, work: Path, events: int, rounds: int = 3)
         rows.append(rows_df.count())
 
         def merge(batch: int = r, rows_df: Any = rows_df) -> None:
-            on, newer = f"t.{shape.key} = s.{shape.key}", newer_condition(shape)
             upsert_newer(rows_df, merged, on, newer, "bench-b6", batch)
 
         def append(rows_df: Any = rows_df) -> None:
