@@ -15,13 +15,15 @@ little).
 * R1: reprocessing a tenth of the table's days (silver and gold) / a full refresh of both
   (alternating, twice each: the medians);
 
-plus the latency of a small delivery (one new file into a large table) end to end through
-Airflow (with the run's own driver, and with a driver kept between runs: the second of two
-such runs), and the whole DAG run's time when there is nothing new (and its tasks' time, as
-Airflow recorded it; also for idle runs under a real scheduler). Jobs run in-process on one
-Spark session (so B1, B2, B5 and B6 compare work, not JVM starts); B4 and the Airflow figures
-start processes, as a scheduled run does. The table is printed and written as JSON
-(``build/bench/bench.json``; ``--out`` elsewhere).
+plus issue 11's first comparison (the first load through Airflow against a plain PySpark batch
+job that writes the same four tables from the same files, ``jobs.bench_plain``, each in
+processes of its own), the latency of a small delivery (one new file into a large table) end
+to end through Airflow (with the run's own driver, and with a driver kept between runs: the
+second of two such runs), and the whole DAG run's time when there is nothing new (and its
+tasks' time, as Airflow recorded it; also for idle runs under a real scheduler). Jobs run
+in-process on one Spark session (so B1, B2, B5 and B6 compare work, not JVM starts); B4 and
+the Airflow figures start processes, as a scheduled run does. The table is printed and
+written as JSON (``build/bench/bench.json``; ``--out`` elsewhere).
 
     python -m jobs.bench [--events 100000] [--out build/bench/bench.json]
 """
@@ -530,19 +532,34 @@ def b4(settings: Settings, work: Path) -> Result:
 
 
 def airflow_small_run(settings: Settings, work: Path, events: int) -> dict[str, float]:
-    """Through Airflow (``airflow dags test``): a whole run with nothing new, then one new
-    file into a table of ``events`` events."""
+    """Through Airflow (``airflow dags test``): the first load of ``events`` events (against
+    issue 11's baseline, a plain PySpark batch job writing the same four tables from the same
+    files in a process of its own, median of two), a whole run with nothing new, then one new
+    file into that table."""
     root = work / "airflow"
     base = Lake(None, settings, root)
     for i, lines in enumerate(deliveries(events, 5, seed=701)):
         base.land(lines, seed=i)
     env = subprocess_env(settings, LAKEHOUSE_ROOT=str(root))
 
+    def plain_job() -> None:
+        # Issue 11's first baseline: the same four tables from the same files by a plain
+        # PySpark batch job in a process of its own (``jobs.bench_plain``).
+        out = work / f"plain-job-{time.monotonic_ns()}"
+        landing = str(root / "landing" / "orders")
+        subprocess.run(
+            [sys.executable, "-m", "jobs.bench_plain", landing, str(out)],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+
     def dag() -> None:
         subprocess.run(
             ["airflow", "dags", "test", "orders_pipeline"], env=env, check=True, capture_output=True
         )
 
+    plain_s = timed(plain_job, repeat=2)
     full_s = timed(dag)
     idle_s = timed(dag)
     idle_tasks_s = _last_run_task_seconds(env, "orders_pipeline")
@@ -562,7 +579,9 @@ def airflow_small_run(settings: Settings, work: Path, events: int) -> dict[str, 
     finally:
         subprocess.run([sys.executable, "-m", "lakehouse.run_driver", "stop"], env=env, check=True)
     return {
+        "plain_batch_job_s": plain_s,
         "airflow_full_s": full_s,
+        "airflow_full_over_plain_job": full_s / plain_s,
         "airflow_idle_s": idle_s,
         "airflow_idle_tasks_s": idle_tasks_s,
         "airflow_small_s": small_s,
