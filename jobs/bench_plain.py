@@ -5,8 +5,9 @@ One pass over the landing files: bronze (each line's text and file), the records
 schema (``from_json`` with string fields: it cannot tell ``12`` from ``"12"``, which the
 pipeline's validation does), the contract's rules as column expressions, the invalid records
 to the quarantine with the first rule they break, the latest event per order to silver and the
-hourly sales to gold, each table a Delta overwrite. No checkpoint, no exactly-once, no run
-log: what the pipeline costs beyond this is what those cost.
+hourly sales to gold (the pipeline's own ``sales_hourly``), each table a Delta overwrite. No
+checkpoint, no exactly-once, no run log: what the pipeline costs beyond this is what those
+cost.
 
     python -m jobs.bench_plain <landing folder> <output folder>
 """
@@ -31,6 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     landing, out = sys.argv[1:3] if argv is None else argv
     from jobs.session import build_spark
     from lakehouse.settings import Settings
+    from pipelines.orders import sales_hourly
 
     spark = build_spark("plain-batch", Settings.from_env())
     lines = spark.read.text(landing).where(F.trim("value") != "")
@@ -94,18 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     silver = valid.withColumn("_n", F.row_number().over(latest)).where("_n = 1").drop("_n")
     silver.write.format("delta").mode("overwrite").save(f"{out}/silver/orders")
 
+    # The hours as the pipeline declares them: the same aggregate a hand-written job carries.
     orders = spark.read.format("delta").load(f"{out}/silver/orders")
-    live = F.col("status") != "cancelled"
-    revenue = F.coalesce(F.sum(F.when(live, F.col("total"))), F.lit(0)).cast("decimal(18,2)")
-    gold = orders.groupBy(F.date_trunc("hour", "order_ts").alias("hour_start"), "region").agg(
-        F.count(F.when(live, 1)).alias("orders"),
-        F.count(F.when(~live, 1)).alias("cancelled"),
-        revenue.alias("revenue"),
-    )
-    gold = gold.withColumn(
-        "avg_order_value",
-        F.when(F.col("orders") > 0, F.round(F.col("revenue") / F.col("orders"), 2)),
-    )
+    gold = sales_hourly({"orders": orders})
     gold.write.format("delta").mode("overwrite").save(f"{out}/gold/sales_hourly")
     spark.stop()
     return 0
