@@ -20,7 +20,8 @@ job that writes the same four tables from the same files, ``jobs.bench_plain``, 
 processes of its own), the latency of a small delivery (one new file into a large table) end
 to end through Airflow (with the run's own driver, and with a driver kept between runs: the
 second of two such runs), and the whole DAG run's time when there is nothing new (and its
-tasks' time, as Airflow recorded it; also for idle runs under a real scheduler). Jobs run
+tasks' time, as Airflow recorded it); then the first load, the small delivery and idle runs
+again under a real scheduler, on a lake of their own. Jobs run
 in-process on one Spark session (so B1, B2, B5 and B6 compare work, not JVM starts); B4 and
 the Airflow figures start processes, as a scheduled run does. The table is printed and
 written as JSON (``build/bench/bench.json``; ``--out`` elsewhere).
@@ -534,7 +535,7 @@ def airflow_small_run(settings: Settings, work: Path, events: int) -> dict[str, 
     """Through Airflow (``airflow dags test``): the first load of ``events`` events (against
     issue 11's baseline, a plain PySpark batch job writing the same four tables from the same
     files in a process of its own, median of two), a whole run with nothing new, then one new
-    file into that table."""
+    file into that table; then the same under a real scheduler (``scheduled_runs``)."""
     root = work / "airflow"
     base = Lake(None, settings, root)
     for i, lines in enumerate(deliveries(events, 5, seed=701)):
@@ -589,30 +590,70 @@ def airflow_small_run(settings: Settings, work: Path, events: int) -> dict[str, 
         "airflow_small_kept_driver_over_full": kept_s[1] / full_s,
         "airflow_small_kept_driver_first_s": kept_s[0],
         "airflow_small_kept_driver_s": kept_s[1],
-        **scheduled_idle_runs(root, work),
+        **scheduled_runs(settings, work, events, plain_s),
     }
 
 
-def scheduled_idle_runs(root: Path, work: Path, runs: int = 6) -> dict[str, float]:
-    """Runs with nothing new as a scheduler runs them (API server, scheduler, LocalExecutor:
-    each task in a process of its own under a supervisor, unlike ``airflow dags test``): the
-    tasks' time per DAG run as Airflow recorded it: median, mean and worst of ``runs``."""
+def scheduled_runs(
+    settings: Settings, work: Path, events: int, plain_s: float, idle_runs: int = 6
+) -> dict[str, float]:
+    """The same runs as a scheduler runs them (API server, scheduler, LocalExecutor: each task
+    in a process of its own under a supervisor, without ``airflow dags test``'s own start-up),
+    on a lake of their own loaded from the same files: the first load, two new files of 1 %
+    one after the other (the median), then ``idle_runs`` runs with nothing new. A run's time
+    is the DAG run's duration as Airflow records it (from its start to its end: the tasks,
+    their processes and the scheduler's gaps between them); for the idle runs, the tasks'
+    time per run."""
     from lakehouse.local.airflow_server import airflow_server
 
-    sums = []
+    root = work / "scheduled"
+    lake = Lake(None, settings, root)
+    for i, lines in enumerate(deliveries(events, 5, seed=701)):
+        lake.land(lines, seed=i)
     home, logs = work / "airflow-home", work / "airflow-logs"
-    with airflow_server(home, logs, LAKEHOUSE_ROOT=str(root)) as s:
-        for _ in range(runs):
-            run = s.api("POST", "/dags/orders_pipeline/dagRuns", {"logical_date": None})
-            run_id = run["dag_run_id"]
-            if s.wait_for_run("orders_pipeline", run_id, timeout_s=300, poll_s=0.5) != "success":
-                raise RuntimeError(f"scheduled idle run {run_id} did not succeed")
-            path = f"/dags/orders_pipeline/dagRuns/{run_id}/taskInstances"
-            tasks = s.api("GET", path)["task_instances"]
-            if any(t["task_id"] != "plan" and t["state"] != "skipped" for t in tasks):
-                raise RuntimeError(f"scheduled idle run {run_id}: a layer did not skip: {tasks}")
+    # Only the runs asked for: no scheduled run of the same DAG takes the delivery first.
+    with airflow_server(
+        home, logs, LAKEHOUSE_ROOT=str(root), LAKEHOUSE_ORDERS_SCHEDULE="none"
+    ) as s:
+
+        def run(what: str) -> tuple[float, list[dict[str, Any]]]:
+            triggered = s.api("POST", "/dags/orders_pipeline/dagRuns", {"logical_date": None})
+            path = f"/dags/orders_pipeline/dagRuns/{triggered['dag_run_id']}"
+            if s.wait_for_run("orders_pipeline", triggered["dag_run_id"], 900, 0.5) != "success":
+                raise RuntimeError(f"scheduled {what} run {triggered['dag_run_id']} failed")
+            done = s.api("GET", path)
+            tasks = s.api("GET", f"{path}/taskInstances")["task_instances"]
+            took = datetime.fromisoformat(done["end_date"]) - datetime.fromisoformat(
+                done["start_date"]
+            )
+            return took.total_seconds(), tasks
+
+        def layers_ran(tasks: list[dict[str, Any]], expected: str) -> bool:
+            return all(t["state"] == expected for t in tasks if t["task_id"] != "plan")
+
+        full_s, tasks = run("first load")
+        if not layers_ran(tasks, "success"):
+            raise RuntimeError(f"scheduled first load: a layer did not run: {tasks}")
+        small = max(1, round(events * 0.01 / 1.6))
+        small_runs = []
+        for seed in (702, 703):  # two deliveries, one after the other: the median
+            lake.land(OrderEventGenerator(seed=seed).batch(small), seed=seed)
+            took_s, tasks = run("1 % delivery")
+            if not layers_ran(tasks, "success"):
+                raise RuntimeError(f"scheduled 1 % delivery: a layer did not run: {tasks}")
+            small_runs.append(took_s)
+        small_s = statistics.median(small_runs)
+        sums = []
+        for _ in range(idle_runs):
+            _, tasks = run("idle")
+            if not layers_ran(tasks, "skipped"):
+                raise RuntimeError(f"scheduled idle run: a layer did not skip: {tasks}")
             sums.append(sum(t["duration"] or 0.0 for t in tasks))
     return {
+        "scheduled_full_run_s": full_s,
+        "scheduled_full_over_plain_job": full_s / plain_s,
+        "scheduled_small_run_s": small_s,
+        "scheduled_small_over_full": small_s / full_s,
         "scheduled_idle_tasks_median_s": statistics.median(sums),
         "scheduled_idle_tasks_mean_s": statistics.mean(sums),
         "scheduled_idle_tasks_max_s": max(sums),
