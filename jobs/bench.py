@@ -21,10 +21,10 @@ processes of its own), the latency of a small delivery (one new file into a larg
 to end through Airflow (with the run's own driver, and with a driver kept between runs: the
 second of two such runs), and the whole DAG run's time when there is nothing new (and its
 tasks' time, as Airflow recorded it); then the first load, the small delivery and idle runs
-again under a real scheduler, on a lake of their own. Jobs run
-in-process on one Spark session (so B1, B2, B5 and B6 compare work, not JVM starts); B4 and
-the Airflow figures start processes, as a scheduled run does. The table is printed and
-written as JSON (``build/bench/bench.json``; ``--out`` elsewhere).
+again under a real scheduler, on a lake of their own. Jobs run in-process on one Spark
+session (so B1, B2, B5 and B6 compare work, not JVM starts); B4 and the Airflow figures
+start processes, as a scheduled run does. The table is printed and written as JSON
+(``build/bench/bench.json``; ``--out`` elsewhere).
 
     python -m jobs.bench [--events 100000] [--out build/bench/bench.json]
 """
@@ -616,39 +616,32 @@ def scheduled_runs(
         home, logs, LAKEHOUSE_ROOT=str(root), LAKEHOUSE_ORDERS_SCHEDULE="none"
     ) as s:
 
-        def run(what: str) -> tuple[float, list[dict[str, Any]]]:
+        def run(what: str, layers: str) -> tuple[float, float]:
+            """Trigger a run, wait for it, check that every layer task ended ``layers``
+            (``success``: it ran; ``skipped``: nothing new); its duration and its tasks'."""
             triggered = s.api("POST", "/dags/orders_pipeline/dagRuns", {"logical_date": None})
             path = f"/dags/orders_pipeline/dagRuns/{triggered['dag_run_id']}"
             if s.wait_for_run("orders_pipeline", triggered["dag_run_id"], 900, 0.5) != "success":
                 raise RuntimeError(f"scheduled {what} run {triggered['dag_run_id']} failed")
             done = s.api("GET", path)
             tasks = s.api("GET", f"{path}/taskInstances")["task_instances"]
+            if any(t["task_id"] != "plan" and t["state"] != layers for t in tasks):
+                raise RuntimeError(
+                    f"scheduled {what} run: a layer task did not end {layers}: {tasks}"
+                )
             took = datetime.fromisoformat(done["end_date"]) - datetime.fromisoformat(
                 done["start_date"]
             )
-            return took.total_seconds(), tasks
+            return took.total_seconds(), sum(t["duration"] or 0.0 for t in tasks)
 
-        def layers_ran(tasks: list[dict[str, Any]], expected: str) -> bool:
-            return all(t["state"] == expected for t in tasks if t["task_id"] != "plan")
-
-        full_s, tasks = run("first load")
-        if not layers_ran(tasks, "success"):
-            raise RuntimeError(f"scheduled first load: a layer did not run: {tasks}")
+        full_s, _ = run("first load", "success")
         small = max(1, round(events * 0.01 / 1.6))
         small_runs = []
         for seed in (702, 703):  # two deliveries, one after the other: the median
             lake.land(OrderEventGenerator(seed=seed).batch(small), seed=seed)
-            took_s, tasks = run("1 % delivery")
-            if not layers_ran(tasks, "success"):
-                raise RuntimeError(f"scheduled 1 % delivery: a layer did not run: {tasks}")
-            small_runs.append(took_s)
+            small_runs.append(run("1 % delivery", "success")[0])
         small_s = statistics.median(small_runs)
-        sums = []
-        for _ in range(idle_runs):
-            _, tasks = run("idle")
-            if not layers_ran(tasks, "skipped"):
-                raise RuntimeError(f"scheduled idle run: a layer did not skip: {tasks}")
-            sums.append(sum(t["duration"] or 0.0 for t in tasks))
+        sums = [run("idle", "skipped")[1] for _ in range(idle_runs)]
     return {
         "scheduled_full_run_s": full_s,
         "scheduled_full_over_plain_job": full_s / plain_s,
