@@ -97,6 +97,11 @@ class Lake:
             self.root / "landing" / pipeline, render_file(lines, random.Random(seed))
         )
 
+    def land_orders(self, events: int, files: int, seed: int) -> None:
+        """About ``events`` order events in ``files`` landing files (``deliveries``)."""
+        for i, lines in enumerate(deliveries(events, files, seed)):
+            self.land(lines, seed=i)
+
     def run(self, *layers: str, args: tuple[str, ...] = (), pipeline: str = "orders") -> None:
         from jobs import bronze, gold, silver
 
@@ -110,11 +115,15 @@ class Lake:
         return self.spark.read.format("delta").load(self.settings.path(name))
 
 
+def orders_for(events: float) -> int:
+    """How many orders the generator makes about ``events`` events of (1.6 events each)."""
+    return max(1, round(events / 1.6))
+
+
 def deliveries(events: int, files: int, seed: int) -> list[list[bytes]]:
-    """About ``events`` records in ``files`` deliveries (orders produce 1.6 events each)."""
+    """About ``events`` records in ``files`` deliveries."""
     generator = OrderEventGenerator(seed=seed)
-    per_file = max(1, round(events / files / 1.6))
-    return [generator.batch(per_file) for _ in range(files)]
+    return [generator.batch(orders_for(events / files)) for _ in range(files)]
 
 
 def _load_and_measure(
@@ -123,8 +132,7 @@ def _load_and_measure(
     """On a new lake of ``events`` events in 10 files: the plain job (median of 2), the
     pipeline's first load, an idle run and a run with 1 % new, in seconds."""
     lake = Lake(spark, settings, root)
-    for i, lines in enumerate(deliveries(events, 10, seed=seed)):
-        lake.land(lines, seed=i)
+    lake.land_orders(events, 10, seed=seed)
     landing = str(lake.root / "landing" / "orders")
 
     def baseline() -> None:
@@ -133,7 +141,7 @@ def _load_and_measure(
 
     figures = {"baseline_s": timed(baseline, repeat=2), "full_s": timed(lake.run)}
     figures["idle_s"] = timed(lake.run)
-    extra = OrderEventGenerator(seed=seed + 1).batch(max(1, round(events * 0.01 / 1.6)))
+    extra = OrderEventGenerator(seed=seed + 1).batch(orders_for(events * 0.01))
     lake.land(extra, seed=99)
     figures["inc_s"] = timed(lake.run)
     return figures
@@ -300,12 +308,11 @@ def pipelines(spark: Any, settings: Settings, work: Path, events: int) -> dict[s
 def b2_large(spark: Any, settings: Settings, work: Path, events: int, rounds: int = 3) -> Result:
     """T_inc on a 10x larger table against T_inc on the base table (same delivery size):
     ``rounds`` deliveries into each, alternating which table goes first, the medians."""
-    delivery = max(1, round(events * 0.01 / 1.6))
+    delivery = orders_for(events * 0.01)
     lakes = {}
     for scale in (1, 10):
         lake = lakes[scale] = Lake(spark, settings, work / f"b2-{scale}")
-        for i, lines in enumerate(deliveries(events * scale, 10, seed=200 + scale)):
-            lake.land(lines, seed=i)
+        lake.land_orders(events * scale, 10, seed=200 + scale)
         lake.run()
     times: dict[int, list[float]] = {1: [], 10: []}
     for r in range(rounds):
@@ -424,8 +431,7 @@ def b6(spark: Any, settings: Settings, work: Path, events: int, rounds: int = 3)
     record, shape = pipeline.record, StateShape.of(pipeline)
     assert record is not None
     lake = Lake(spark, settings, work / "b6")
-    for i, lines in enumerate(deliveries(events, 10, seed=601)):
-        lake.land(lines, seed=i)
+    lake.land_orders(events, 10, seed=601)
     lake.run("bronze", "silver")
     merged, appended = str(work / "b6-merge"), str(work / "b6-append")
     for copy in (merged, appended):
@@ -438,9 +444,7 @@ def b6(spark: Any, settings: Settings, work: Path, events: int, rounds: int = 3)
     rows: list[int] = []
     for r in range(rounds):
         version = table_version(spark, bronze)
-        lake.land(
-            OrderEventGenerator(seed=602 + r).batch(max(1, round(events * 0.05 / 1.6))), 3 + r
-        )
+        lake.land(OrderEventGenerator(seed=602 + r).batch(orders_for(events * 0.05)), 3 + r)
         lake.run("bronze")
         old_files = spark.read.format("delta").option("versionAsOf", version).load(bronze)
         batch_df = lake.table("bronze/orders_events").join(
@@ -538,8 +542,7 @@ def airflow_small_run(settings: Settings, work: Path, events: int) -> dict[str, 
     file into that table; then the same under a real scheduler (``scheduled_runs``)."""
     root = work / "airflow"
     base = Lake(None, settings, root)
-    for i, lines in enumerate(deliveries(events, 5, seed=701)):
-        base.land(lines, seed=i)
+    base.land_orders(events, 5, seed=701)
     env = subprocess_env(settings, LAKEHOUSE_ROOT=str(root))
 
     def plain_job() -> None:
@@ -563,7 +566,7 @@ def airflow_small_run(settings: Settings, work: Path, events: int) -> dict[str, 
     full_s = timed(dag)
     idle_s = timed(dag)
     idle_tasks_s = _last_run_task_seconds(env, "orders_pipeline")
-    small = max(1, round(events * 0.01 / 1.6))
+    small = orders_for(events * 0.01)
     base.land(OrderEventGenerator(seed=702).batch(small), seed=5)
     small_s = timed(dag)
     # The same small delivery with LAKEHOUSE_RUN_DRIVER_KEEP_S: the first run starts the
@@ -608,8 +611,7 @@ def scheduled_runs(
 
     root = work / "scheduled"
     lake = Lake(None, settings, root)
-    for i, lines in enumerate(deliveries(events, 5, seed=701)):
-        lake.land(lines, seed=i)
+    lake.land_orders(events, 5, seed=701)
     home, logs = work / "airflow-home", work / "airflow-logs"
     # Only the runs asked for: no scheduled run of the same DAG takes the delivery first.
     with airflow_server(
@@ -635,7 +637,7 @@ def scheduled_runs(
             return took.total_seconds(), sum(t["duration"] or 0.0 for t in tasks)
 
         full_s, _ = run("first load", "success")
-        small = max(1, round(events * 0.01 / 1.6))
+        small = orders_for(events * 0.01)
         small_runs = []
         for seed in (702, 703):  # two deliveries, one after the other: the median
             lake.land(OrderEventGenerator(seed=seed).batch(small), seed=seed)
