@@ -12,8 +12,7 @@ little).
   start;
 * B5: silver's parse and validation / a plain read of the same records with a schema;
 * B6: silver's MERGE of a micro-batch / a plain append of the same rows;
-* R1: reprocessing a tenth of the table's days (silver and gold) / a full refresh of both
-  (alternating, twice each: the medians);
+* R1: reprocessing a tenth of the table's days (silver and gold) / a full refresh of both;
 
 plus issue 11's first comparison (the first load through Airflow against a plain PySpark batch
 job that writes the same four tables from the same files, ``jobs.bench_plain``, each in
@@ -23,7 +22,9 @@ second of two such runs), and the whole DAG run's time when there is nothing new
 tasks' time, as Airflow recorded it); then the first load, the small delivery and idle runs
 again under a real scheduler, on a lake of their own. Jobs run in-process on one Spark
 session (so B1, B2, B5 and B6 compare work, not JVM starts); B4 and the Airflow figures
-start processes, as a scheduled run does. The table is printed and written as JSON
+start processes, as a scheduled run does. B2's larger table, B3, B5, B6 and R1 time their two
+sides over rounds, in turns (the order reversed every other round: ``in_turns``), and take
+the medians. The table is printed and written as JSON
 (``build/bench/bench.json``; ``--out`` elsewhere).
 
     python -m jobs.bench [--events 100000] [--out build/bench/bench.json]
@@ -83,6 +84,15 @@ def timed(work: Callable[[], Any], repeat: int = 1) -> float:
         work()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def in_turns(round_: int, *sides: tuple[Callable[[], Any], list[float]]) -> None:
+    """Round ``round_`` of a comparison: each side's work timed once and its seconds appended
+    to the side's list, in the order given in even rounds and reversed in odd ones, so that
+    over the rounds no side gains from going first or second (caches, the JIT's work, the
+    machine's drift)."""
+    for work, seconds in sides if round_ % 2 == 0 else sides[::-1]:
+        seconds.append(timed(work))
 
 
 class Lake:
@@ -211,12 +221,16 @@ def r1(spark: Any, settings: Settings, work: Path) -> Result:
         "--reprocess-from", (start + timedelta(days=days // 2)).strftime(stamp),
         "--reprocess-to", (start + timedelta(days=days // 2 + window_days)).strftime(stamp),
     )  # fmt: skip
-    # Alternating, twice each, so that neither side alone pays for the first run of its plans
+    # In turns, twice each, so that neither side alone pays for the first run of its plans
     # in this driver (the figures: README, Performance).
-    reprocess, refresh = [], []
-    for _ in range(2):
-        reprocess.append(timed(lambda: lake.run("silver", "gold", args=window)))
-        refresh.append(timed(lambda: lake.run("silver", "gold", args=("--mode", "full_refresh"))))
+    reprocess: list[float] = []
+    refresh: list[float] = []
+    for r in range(2):
+        in_turns(
+            r,
+            (lambda: lake.run("silver", "gold", args=window), reprocess),
+            (lambda: lake.run("silver", "gold", args=("--mode", "full_refresh")), refresh),
+        )
     reprocess_s, refresh_s = statistics.median(reprocess), statistics.median(refresh)
     return Result(
         "R1",
@@ -316,10 +330,9 @@ def b2_large(spark: Any, settings: Settings, work: Path, events: int, rounds: in
         lake.run()
     times: dict[int, list[float]] = {1: [], 10: []}
     for r in range(rounds):
-        for scale in (1, 10) if r % 2 == 0 else (10, 1):
-            lake = lakes[scale]
+        for scale, lake in lakes.items():
             lake.land(OrderEventGenerator(seed=300 + 10 * r + scale).batch(delivery), seed=7 + r)
-            times[scale].append(timed(lake.run))
+        in_turns(r, (lakes[1].run, times[1]), (lakes[10].run, times[10]))
     for lake in lakes.values():
         shutil.rmtree(lake.root, ignore_errors=True)
     large, base = statistics.median(times[10]), statistics.median(times[1])
@@ -339,7 +352,7 @@ def b2_large(spark: Any, settings: Settings, work: Path, events: int, rounds: in
     )
 
 
-def b3(spark: Any, settings: Settings, work: Path, events: int) -> Result:
+def b3(spark: Any, settings: Settings, work: Path, events: int, rounds: int = 8) -> Result:
     """A query on silver after OPTIMIZE against the same rows in one commit."""
     lake = Lake(spark, settings, work / "b3")
     for i, lines in enumerate(deliveries(events, 20, seed=301)):
@@ -359,19 +372,27 @@ def b3(spark: Any, settings: Settings, work: Path, events: int) -> Result:
 
         return run
 
-    optimized_s = timed(query(lake.settings.path("silver/orders")), repeat=7)
-    fresh_s = timed(query(one_commit), repeat=7)
+    # In turns: seven of one then seven of the other (until 663f560) ran the second table's
+    # queries in a warmer JVM.
+    optimized: list[float] = []
+    fresh: list[float] = []
+    for r in range(rounds):
+        in_turns(
+            r, (query(lake.settings.path("silver/orders")), optimized), (query(one_commit), fresh)
+        )
+    optimized_s, fresh_s = statistics.median(optimized), statistics.median(fresh)
     return Result(
         "B3",
-        "query after OPTIMIZE / rows in one commit",
+        f"query after OPTIMIZE / rows in one commit (in turns, medians of {rounds})",
         optimized_s,
         fresh_s,
         optimized_s / fresh_s,
         "<= 1.1",
+        {"optimized_s": optimized, "one_commit_s": fresh},
     )
 
 
-def b5(spark: Any, settings: Settings, work: Path, events: int) -> Result:
+def b5(spark: Any, settings: Settings, work: Path, events: int, rounds: int = 4) -> Result:
     """Silver's parse and validation against a plain read with a schema, same records."""
     from pyspark.sql import functions as F
 
@@ -401,15 +422,20 @@ def b5(spark: Any, settings: Settings, work: Path, events: int) -> Result:
             "overwrite"
         ).save()
 
-    validation_s, plain_s = timed(validation, repeat=3), timed(plain, repeat=3)
+    validations: list[float] = []
+    plains: list[float] = []
+    for r in range(rounds):
+        in_turns(r, (validation, validations), (plain, plains))
     raw_df.unpersist()
+    validation_s, plain_s = statistics.median(validations), statistics.median(plains)
     return Result(
         "B5",
-        "parse + validation / plain read with a schema",
+        f"parse + validation / plain read with a schema (in turns, medians of {rounds})",
         validation_s,
         plain_s,
         validation_s / plain_s,
         "<= 1.15",
+        {"validation_s": validations, "plain_s": plains},
     )
 
 
@@ -462,12 +488,7 @@ def b6(spark: Any, settings: Settings, work: Path, events: int, rounds: int = 3)
         def append(rows_df: Any = rows_df) -> None:
             rows_df.write.format("delta").mode("append").save(appended)
 
-        sides: list[tuple[Callable[[], None], list[float]]] = [
-            (merge, merge_s),
-            (append, append_s),
-        ]
-        for work_fn, times in sides if r % 2 == 0 else sides[::-1]:
-            times.append(timed(work_fn))
+        in_turns(r, (merge, merge_s), (append, append_s))
         run_s.append(timed(lambda: lake.run("silver")))
     merge_m, append_m = statistics.median(merge_s), statistics.median(append_s)
     return Result(
@@ -636,19 +657,23 @@ def scheduled_runs(
             )
             return took.total_seconds(), sum(t["duration"] or 0.0 for t in tasks)
 
-        full_s, _ = run("first load", "success")
+        full_s, full_tasks_s = run("first load", "success")
         small = orders_for(events * 0.01)
         small_runs = []
-        for seed in (702, 703):  # two deliveries, one after the other: the median
+        for seed in (702, 703):  # two deliveries, one after the other: the medians
             lake.land(OrderEventGenerator(seed=seed).batch(small), seed=seed)
-            small_runs.append(run("1 % delivery", "success")[0])
-        small_s = statistics.median(small_runs)
+            small_runs.append(run("1 % delivery", "success"))
+        small_s = statistics.median(run_s for run_s, _ in small_runs)
         sums = [run("idle", "skipped")[1] for _ in range(idle_runs)]
     return {
         "scheduled_full_run_s": full_s,
         "scheduled_full_over_plain_job": full_s / plain_s,
+        # What of a run lies in its tasks as Airflow records them; the rest lies between
+        # them (the scheduler queueing each task, its process starting).
+        "scheduled_full_tasks_s": full_tasks_s,
         "scheduled_small_run_s": small_s,
         "scheduled_small_over_full": small_s / full_s,
+        "scheduled_small_tasks_s": statistics.median(tasks_s for _, tasks_s in small_runs),
         "scheduled_idle_tasks_median_s": statistics.median(sums),
         "scheduled_idle_tasks_mean_s": statistics.mean(sums),
         "scheduled_idle_tasks_max_s": max(sums),
