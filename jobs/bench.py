@@ -23,8 +23,9 @@ tasks' time, as Airflow recorded it); then the first load, the small delivery an
 again under a real scheduler, on a lake of their own. Jobs run in-process on one Spark
 session (so B1, B2, B5 and B6 compare work, not JVM starts); B4 and the Airflow figures
 start processes, as a scheduled run does. B2's larger table, B3, B5, B6 and R1 time their two
-sides over rounds, in turns (the order reversed every other round: ``in_turns``), and take
-the medians. The table is printed and written as JSON
+sides over rounds, in turns (the order reversed every other round: ``in_turns``; B3 and B5,
+whose sides take a fraction of a second, after running each once untimed), and take the
+medians. The table is printed and written as JSON
 (``build/bench/bench.json``; ``--out`` elsewhere).
 
     python -m jobs.bench [--events 100000] [--out build/bench/bench.json]
@@ -93,6 +94,17 @@ def in_turns(round_: int, *sides: tuple[Callable[[], Any], list[float]]) -> None
     machine's drift)."""
     for work, seconds in sides if round_ % 2 == 0 else sides[::-1]:
         seconds.append(timed(work))
+
+
+def warm_in_turns(rounds: int, *works: Callable[[], Any]) -> list[list[float]]:
+    """Each of ``works`` once, untimed (its plans compiled, its tables' state loaded), then
+    ``rounds`` rounds of them in turns (``in_turns``): each work's seconds, a list per work."""
+    for work in works:
+        work()
+    seconds: list[list[float]] = [[] for _ in works]
+    for r in range(rounds):
+        in_turns(r, *zip(works, seconds, strict=True))
+    return seconds
 
 
 class Lake:
@@ -374,12 +386,9 @@ def b3(spark: Any, settings: Settings, work: Path, events: int, rounds: int = 8)
 
     # In turns: seven of one then seven of the other (until 663f560) ran the second table's
     # queries in a warmer JVM.
-    optimized: list[float] = []
-    fresh: list[float] = []
-    for r in range(rounds):
-        in_turns(
-            r, (query(lake.settings.path("silver/orders")), optimized), (query(one_commit), fresh)
-        )
+    optimized, fresh = warm_in_turns(
+        rounds, query(lake.settings.path("silver/orders")), query(one_commit)
+    )
     optimized_s, fresh_s = statistics.median(optimized), statistics.median(fresh)
     return Result(
         "B3",
@@ -422,10 +431,7 @@ def b5(spark: Any, settings: Settings, work: Path, events: int, rounds: int = 4)
             "overwrite"
         ).save()
 
-    validations: list[float] = []
-    plains: list[float] = []
-    for r in range(rounds):
-        in_turns(r, (validation, validations), (plain, plains))
+    validations, plains = warm_in_turns(rounds, validation, plain)
     raw_df.unpersist()
     validation_s, plain_s = statistics.median(validations), statistics.median(plains)
     return Result(
