@@ -96,10 +96,11 @@ def in_turns(round_: int, *sides: tuple[Callable[[], Any], list[float]]) -> None
         seconds.append(timed(work))
 
 
-def warm_in_turns(rounds: int, *works: Callable[[], Any]) -> list[list[float]]:
-    """Each of ``works`` once, untimed (its plans compiled, its tables' state loaded), then
-    ``rounds`` rounds of them in turns (``in_turns``): each work's seconds, a list per work."""
-    for work in works:
+def rounds_in_turns(rounds: int, *works: Callable[[], Any], warm_up: bool) -> list[list[float]]:
+    """``rounds`` rounds of ``works`` in turns (``in_turns``), with ``warm_up`` after each ran
+    once untimed (its plans compiled, its tables' state loaded): each work's seconds, a list
+    per work."""
+    for work in works if warm_up else ():
         work()
     seconds: list[list[float]] = [[] for _ in works]
     for r in range(rounds):
@@ -235,14 +236,12 @@ def r1(spark: Any, settings: Settings, work: Path) -> Result:
     )  # fmt: skip
     # In turns, twice each, so that neither side alone pays for the first run of its plans
     # in this driver (the figures: README, Performance).
-    reprocess: list[float] = []
-    refresh: list[float] = []
-    for r in range(2):
-        in_turns(
-            r,
-            (lambda: lake.run("silver", "gold", args=window), reprocess),
-            (lambda: lake.run("silver", "gold", args=("--mode", "full_refresh")), refresh),
-        )
+    reprocess, refresh = rounds_in_turns(
+        2,
+        lambda: lake.run("silver", "gold", args=window),
+        lambda: lake.run("silver", "gold", args=("--mode", "full_refresh")),
+        warm_up=False,
+    )
     reprocess_s, refresh_s = statistics.median(reprocess), statistics.median(refresh)
     return Result(
         "R1",
@@ -384,10 +383,9 @@ def b3(spark: Any, settings: Settings, work: Path, events: int, rounds: int = 8)
 
         return run
 
-    # In turns: seven of one then seven of the other (until 663f560) ran the second table's
-    # queries in a warmer JVM.
-    optimized, fresh = warm_in_turns(
-        rounds, query(lake.settings.path("silver/orders")), query(one_commit)
+    # In turns: all of one table's queries first would run the other's in a warmer JVM.
+    optimized, fresh = rounds_in_turns(
+        rounds, query(lake.settings.path("silver/orders")), query(one_commit), warm_up=True
     )
     optimized_s, fresh_s = statistics.median(optimized), statistics.median(fresh)
     return Result(
@@ -431,7 +429,7 @@ def b5(spark: Any, settings: Settings, work: Path, events: int, rounds: int = 4)
             "overwrite"
         ).save()
 
-    validations, plains = warm_in_turns(rounds, validation, plain)
+    validations, plains = rounds_in_turns(rounds, validation, plain, warm_up=True)
     raw_df.unpersist()
     validation_s, plain_s = statistics.median(validations), statistics.median(plains)
     return Result(
