@@ -27,8 +27,17 @@ from contextlib import nullcontext
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    DateType,
+    NumericType,
+    StringType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from jobs import faults, storage
 from jobs.delta_writes import last_commit_metrics, replace_scope
@@ -122,6 +131,54 @@ def touched(batch_df: DataFrame, gold: Gold, inputs: dict[str, Any]) -> DataFram
     return keys_df.distinct()
 
 
+# Up to this many touched keys, a batch's recompute names them as literals (``only_keys``).
+LITERAL_KEYS_MAX = 1_000
+
+
+def _literal_safe(data_type: DataType) -> bool:
+    """Whether a value of this type comes back the same from its text (the session's time
+    zone is UTC, which has no ambiguous hours)."""
+    return isinstance(
+        data_type,
+        NumericType | StringType | BooleanType | DateType | TimestampType | TimestampNTZType,
+    )
+
+
+def only_keys(gold_df: DataFrame, keys_df: DataFrame, scope: Sequence[str]) -> DataFrame:
+    """The rows of ``gold_df`` (a gold computed from all of its inputs) whose ``scope`` values
+    are among ``keys_df``'s, computed from only the input rows that can make them.
+
+    Up to ``LITERAL_KEYS_MAX`` keys, a filter on their literal values: Spark moves a filter
+    below projections and aggregations and to the side of a join it concerns, so the inputs
+    are filtered before they are joined and aggregated (``date_trunc('hour', order_ts) IN
+    (...)`` right on silver's scan; an outer join's preserved side before the join), whatever
+    the gold's last step is. A join with the keys goes below an aggregation only when nothing
+    follows it, and never into a join: every input row was aggregated, or joined, before the
+    touched keys were picked. A key with a null value matches nothing, as in the join. More
+    keys (a first load), or a key column whose values do not come back the same from text:
+    the join."""
+    types = {f.name: f.dataType for f in keys_df.schema.fields}
+    if not all(_literal_safe(types[c]) for c in scope):
+        return gold_df.join(F.broadcast(keys_df), list(scope), "left_semi")
+    rows = (
+        keys_df.dropna(subset=list(scope))
+        .select(*[F.col(c).cast("string").alias(c) for c in scope])
+        .limit(LITERAL_KEYS_MAX + 1)
+        .collect()
+    )
+    if len(rows) > LITERAL_KEYS_MAX:
+        return gold_df.join(F.broadcast(keys_df), list(scope), "left_semi")
+
+    def value(row: Any, column: str) -> Column:
+        return F.lit(row[column]).cast(types[column]).alias(column)
+
+    if len(scope) == 1:
+        (column,) = scope
+        return gold_df.where(F.col(column).isin([value(r, column) for r in rows]))
+    wanted = [F.struct(*[value(r, c) for c in scope]) for r in rows]
+    return gold_df.where(F.struct(*scope).isin(wanted))
+
+
 def make_batch_writer(ctx: JobContext, gold: Gold, app_id: str) -> Callable[[DataFrame, int], None]:
     """What each micro-batch does: recompute the rows its changes touch."""
     gold_location = ctx.path(gold.table)
@@ -137,11 +194,7 @@ def make_batch_writer(ctx: JobContext, gold: Gold, app_id: str) -> Callable[[Dat
             n_keys = keys_df.count()
             if n_keys == 0:
                 return
-            recomputed_df = (
-                compute(gold, inputs)
-                .join(F.broadcast(keys_df), scope, "left_semi")
-                .select(*columns)
-            )
+            recomputed_df = only_keys(compute(gold, inputs), keys_df, scope).select(*columns)
             replace_scope(
                 recomputed_df,
                 gold_location,
