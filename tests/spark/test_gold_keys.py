@@ -123,3 +123,18 @@ def test_more_keys_than_it_names_are_joined_with_the_same_rows(
     assert any("LeftSemi" in line for line in plan_lines(joined))
     assert rows(joined) == rows(named) == rows(gold_df)
     assert len(rows(gold_df)) == 4
+
+
+def test_any_text_in_a_key_is_only_a_value(spark: SparkSession) -> None:
+    """Keys with quotes, backslashes and SQL in them select their own rows and nothing else."""
+    from jobs.gold import only_keys
+
+    texts = ["it's", "back\\slash", "') OR TRUE OR ('", "ünï ✓", "x"]
+    gold_df = spark.createDataFrame(
+        [(t, i) for i, t in enumerate(texts)] + [("other", 9)], "k STRING, n INT"
+    )
+    keys_df = spark.createDataFrame([(t,) for t in texts[:4]], "k STRING")
+    picked = only_keys(gold_df, keys_df, ("k",))
+
+    assert rows(picked) == {(t, i) for i, t in enumerate(texts[:4])}
+    assert any(t in line for line in plan_lines(picked) for t in IN_LIST)
