@@ -28,7 +28,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BooleanType,
@@ -160,9 +160,48 @@ def _value_sql(text: str, data_type: DataType) -> str:
     return f"CAST(CAST(unbase64('{encoded}') AS STRING) AS {data_type.simpleString()})"
 
 
+def key_texts(keys_df: DataFrame, scope: Sequence[str]) -> list[Row] | None:
+    """The distinct touched keys as text, when there are at most ``LITERAL_KEYS_MAX`` of them
+    and their values come back the same from text (None: too many, or of another type)."""
+    if not all(_literal_safe(keys_df.schema[c].dataType) for c in scope):
+        return None
+    rows = (
+        keys_df.select(*[F.col(c).cast("string").alias(c) for c in scope])
+        .limit(LITERAL_KEYS_MAX + 1)
+        .collect()
+    )
+    return rows if len(rows) <= LITERAL_KEYS_MAX else None
+
+
+def restricted(
+    gold_df: DataFrame, keys_df: DataFrame, scope: Sequence[str], texts: list[Row] | None
+) -> DataFrame:
+    """``only_keys`` with the keys' ``texts`` (``key_texts``) already collected."""
+    if texts is None:
+        return gold_df.join(F.broadcast(keys_df), list(scope), "left_semi")
+    types = {c: keys_df.schema[c].dataType for c in scope}
+    # A key with a null value matches nothing, as in the join.
+    texts = [r for r in texts if all(r[c] is not None for c in scope)]
+    if not texts:
+        return gold_df.where(F.lit(False))
+    if len(scope) == 1:
+        (column,) = scope
+        subject = _quoted(column)
+        values = [_value_sql(r[column], types[column]) for r in texts]
+    else:
+        subject = f"struct({', '.join(_quoted(c) for c in scope)})"
+        values = [
+            "named_struct("
+            + ", ".join(f"{_named(c)}, {_value_sql(r[c], types[c])}" for c in scope)
+            + ")"
+            for r in texts
+        ]
+    return gold_df.where(F.expr(f"{subject} IN ({', '.join(values)})"))
+
+
 def only_keys(gold_df: DataFrame, keys_df: DataFrame, scope: Sequence[str]) -> DataFrame:
     """The rows of ``gold_df`` (a gold computed from all of its inputs) whose ``scope`` values
-    are among ``keys_df``'s, computed from only the input rows that can make them.
+    are among ``keys_df``'s (distinct), computed from only the input rows that can make them.
 
     Up to ``LITERAL_KEYS_MAX`` keys, a filter on their literal values: Spark moves a filter
     below projections and aggregations and to the side of a join it concerns, so the inputs
@@ -171,35 +210,9 @@ def only_keys(gold_df: DataFrame, keys_df: DataFrame, scope: Sequence[str]) -> D
     the gold's last step is. A join with the keys goes below an aggregation only when nothing
     follows it, and never into a join: every input row was aggregated, or joined, before the
     touched keys were picked. The filter is one SQL expression (a Column per value cost the
-    driver 3 ms each). A key with a null value matches nothing, as in the join. More
-    keys (a first load), or a key column whose values do not come back the same from text:
-    the join."""
-    types = {f.name: f.dataType for f in keys_df.schema.fields}
-    if not all(_literal_safe(types[c]) for c in scope):
-        return gold_df.join(F.broadcast(keys_df), list(scope), "left_semi")
-    rows = (
-        keys_df.dropna(subset=list(scope))
-        .select(*[F.col(c).cast("string").alias(c) for c in scope])
-        .limit(LITERAL_KEYS_MAX + 1)
-        .collect()
-    )
-    if len(rows) > LITERAL_KEYS_MAX:
-        return gold_df.join(F.broadcast(keys_df), list(scope), "left_semi")
-    if not rows:
-        return gold_df.where(F.lit(False))
-    if len(scope) == 1:
-        (column,) = scope
-        subject = _quoted(column)
-        values = [_value_sql(r[column], types[column]) for r in rows]
-    else:
-        subject = f"struct({', '.join(_quoted(c) for c in scope)})"
-        values = [
-            "named_struct("
-            + ", ".join(f"{_named(c)}, {_value_sql(r[c], types[c])}" for c in scope)
-            + ")"
-            for r in rows
-        ]
-    return gold_df.where(F.expr(f"{subject} IN ({', '.join(values)})"))
+    driver 3 ms each). More keys (a first load), or a key column whose values do not come
+    back the same from text: the join."""
+    return restricted(gold_df, keys_df, scope, key_texts(keys_df, scope))
 
 
 def make_batch_writer(ctx: JobContext, gold: Gold, app_id: str) -> Callable[[DataFrame, int], None]:
@@ -214,10 +227,13 @@ def make_batch_writer(ctx: JobContext, gold: Gold, app_id: str) -> Callable[[Dat
         inputs = current_inputs(spark, ctx, gold)
         keys_df = touched(batch_df, gold, inputs).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            n_keys = keys_df.count()
+            # One Spark job gives both the keys (when few) and their count.
+            texts = key_texts(keys_df, scope)
+            n_keys = len(texts) if texts is not None else keys_df.count()
             if n_keys == 0:
                 return
-            recomputed_df = only_keys(compute(gold, inputs), keys_df, scope).select(*columns)
+            recomputed_df = restricted(compute(gold, inputs), keys_df, scope, texts)
+            recomputed_df = recomputed_df.select(*columns)
             replace_scope(
                 recomputed_df,
                 gold_location,
