@@ -14,7 +14,8 @@ same transaction id, which skips the MERGE's search for matches and its rewrite.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import reduce
 from operator import and_
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,33 @@ def append_once(df: DataFrame, location: str, app_id: str | None, batch_id: int 
     if app_id is not None and batch_id is not None:
         writer = writer.option("txnAppId", app_id).option("txnVersion", batch_id)
     writer.save(location)
+
+
+@contextmanager
+def alongside(write: Callable[[], None], name: str) -> Iterator[None]:
+    """Run ``write`` in a thread of its own (with the job's Spark properties) while the body
+    runs, and wait for it on the way out: two writes of a micro-batch to different tables,
+    each committed once for the batch's transaction id, so that a retry skips whichever had
+    committed, need no order, and a 2-core driver overlaps their planning and commits. The
+    body's error, if it fails, is the one raised; else the write's."""
+    from pyspark import InheritableThread
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            write()
+        except BaseException as exc:  # raised in the batch's thread below
+            errors.append(exc)
+
+    thread = InheritableThread(target=run, name=name, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 # Delta copies a MERGE's source before it runs (``materializeSource``), so that a source that

@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
 from jobs import faults
-from jobs.delta_writes import append_once
+from jobs.delta_writes import alongside, append_once
 from jobs.kinds import SilverKind, kind_for
 from jobs.runtime import (
     JobContext,
@@ -177,13 +177,18 @@ def make_batch_writer(
             # Some were judged before a manual DELETE took them out of bronze: once is enough.
             quarantine_df = not_quarantined_yet(ctx, quarantine_df)
             invalid = quarantine_df.count()
-        if invalid:
-            append_once(quarantine_df, quarantine_location, app_id, batch_id)
-        faults.inject("silver.after_quarantine")
+
+        def quarantine() -> None:
+            if invalid:
+                append_once(quarantine_df, quarantine_location, app_id, batch_id)
+            faults.inject("silver.after_quarantine")
+
         kept = valid - sum(counts[r.name] for r in pipeline.expectations if r.action == "drop")
-        if valid:
-            kind.merge_batch(kept_records(marked_df), batch_id)
-            faults.inject("silver.after_merge")
+        # The quarantine's append beside silver's writes (README, Performance).
+        with alongside(quarantine, "silver-quarantine"):
+            if valid:
+                kind.merge_batch(kept_records(marked_df), batch_id)
+                faults.inject("silver.after_merge")
         ctx.counters.rows_out += kept
         ctx.counters.rows_quarantined += invalid
         ctx.counters.batches_written += 1
