@@ -4,7 +4,8 @@
 (or, with ``:kill``, SIGKILL the whole process group, driver JVM and Python alike, as a lost
 machine would: start the job in its own session; with ``:pause``, sleep ``PAUSE_S`` and go on,
 to hold a race's window open). Unset, ``inject`` is a dictionary lookup.
-Points: ``silver.after_quarantine``, ``silver.after_merge``, ``silver.after_changes`` (a
+Points: ``silver.after_quarantine`` (in the append's thread, while silver's writes may still
+run beside it), ``silver.after_merge``, ``silver.after_changes`` (a
 history's changes written, not its versions), ``silver.rederive.after_changes``,
 ``silver.rederive.after_silver`` (a reprocess or full refresh between its writes),
 ``silver.rederive.after_catch_up`` (a full refresh whose catch-up moved the checkpoint,
