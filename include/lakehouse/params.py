@@ -40,6 +40,7 @@ from pydantic import (
 
 from lakehouse.backups import BACKUP_ID_PATTERN
 from lakehouse.errors import InvalidRunParams, RetentionBelowFloor
+from lakehouse.field_docs import described
 from lakehouse.specs import Layer, PipelineSpec, TableSpec
 
 # ISO-8601 with a zone, years 1970..2999 (so that every accepted instant converts to UTC and
@@ -151,10 +152,13 @@ def param(
 class ParamsModel(BaseModel):
     """A parameter set: strict types, unknown names refused, every problem reported at once."""
 
-    # A field's description is the docstring under it.
-    model_config = ConfigDict(
-        frozen=True, extra="forbid", use_enum_values=False, use_attribute_docstrings=True
-    )
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        # A field's description is the docstring under it (lakehouse.field_docs).
+        super().__pydantic_init_subclass__(**kwargs)
+        described(cls)
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> Any:

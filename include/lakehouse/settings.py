@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lakehouse.errors import ConfigurationError
+from lakehouse.field_docs import described
 from lakehouse.secrets import protected_keys
 
 if TYPE_CHECKING:
@@ -84,10 +85,13 @@ _SECRET_FIELDS = frozenset({"extra_spark_conf"})
 class _EnvModel(BaseModel):
     """A frozen model whose fields are read from environment variables (see ``_read``)."""
 
-    # A field's description is the docstring under it.
-    model_config = ConfigDict(
-        frozen=True, extra="forbid", arbitrary_types_allowed=True, use_attribute_docstrings=True
-    )
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        # A field's description is the docstring under it (lakehouse.field_docs).
+        super().__pydantic_init_subclass__(**kwargs)
+        described(cls)
 
     @classmethod
     def variable(cls, name: str, prefix: str = PREFIX) -> str:
