@@ -18,6 +18,8 @@ import textwrap
 from functools import cache
 from typing import Any
 
+from pydantic import BaseModel
+
 
 @cache
 def _module_classes(module: str) -> dict[str, ast.ClassDef]:
@@ -71,3 +73,12 @@ def described(model: Any) -> None:
         fields[name].description = doc
     if docs:
         model.model_rebuild(force=True)
+
+
+class DescribedModel(BaseModel):
+    """A model whose fields' descriptions are the docstrings under them (``described``)."""
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        described(cls)

@@ -25,7 +25,6 @@ from typing import Annotated, Any, get_args
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -40,7 +39,7 @@ from pydantic import (
 
 from lakehouse.backups import BACKUP_ID_PATTERN
 from lakehouse.errors import InvalidRunParams, RetentionBelowFloor
-from lakehouse.field_docs import described
+from lakehouse.field_docs import DescribedModel
 from lakehouse.specs import Layer, PipelineSpec, TableSpec
 
 # ISO-8601 with a zone, years 1970..2999 (so that every accepted instant converts to UTC and
@@ -149,16 +148,11 @@ def param(
 # -- the generic part -------------------------------------------------------------------------
 
 
-class ParamsModel(BaseModel):
+class ParamsModel(DescribedModel):
     """A parameter set: strict types, unknown names refused, every problem reported at once."""
 
+    # A field's description is the docstring under it (DescribedModel).
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
-
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        # A field's description is the docstring under it (lakehouse.field_docs).
-        super().__pydantic_init_subclass__(**kwargs)
-        described(cls)
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> Any:

@@ -28,10 +28,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from lakehouse.errors import ConfigurationError
-from lakehouse.field_docs import described
+from lakehouse.field_docs import DescribedModel
 from lakehouse.secrets import protected_keys
 
 if TYPE_CHECKING:
@@ -82,16 +82,11 @@ def _names(value: Any) -> tuple[str, ...]:
 _SECRET_FIELDS = frozenset({"extra_spark_conf"})
 
 
-class _EnvModel(BaseModel):
+class _EnvModel(DescribedModel):
     """A frozen model whose fields are read from environment variables (see ``_read``)."""
 
+    # A field's description is the docstring under it (DescribedModel).
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
-
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        # A field's description is the docstring under it (lakehouse.field_docs).
-        super().__pydantic_init_subclass__(**kwargs)
-        described(cls)
 
     @classmethod
     def variable(cls, name: str, prefix: str = PREFIX) -> str:
