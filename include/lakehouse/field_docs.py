@@ -72,7 +72,8 @@ def described(model: Any) -> None:
     for name, doc in docs.items():
         fields[name].description = doc
     if docs:
-        model.model_rebuild(force=True)
+        # Types a model names before they are defined are left for pydantic to resolve later.
+        model.model_rebuild(force=True, raise_errors=False)
 
 
 class DescribedModel(BaseModel):

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, Field
 
-from lakehouse.field_docs import described
+from lakehouse.field_docs import DescribedModel, described
 from lakehouse.params import MaintenanceParams, RunParams, param_schemas
 from lakehouse.settings import PipelineSettings, Settings
 
@@ -65,3 +65,20 @@ def test_the_projects_models_carry_their_docstrings_to_the_form_and_the_readme()
         "topics to read, comma-separated, instead of the declared ones"
     )
     assert Settings.model_fields["run_driver_keep_s"].description
+
+
+class Early(DescribedModel):
+    """Described as it is made, before ``Later`` exists."""
+
+    later: Later | None = None
+    """A type defined below."""
+
+
+class Later(BaseModel):
+    n: int = 0
+
+
+def test_a_model_naming_a_type_defined_after_it_is_described_and_resolved_later() -> None:
+    assert Early.model_fields["later"].description == "A type defined below."
+    assert Early(later=Later(n=2)).later == Later(n=2)
+    assert schema_descriptions(Early) == {"later": "A type defined below."}
