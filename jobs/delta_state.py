@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -129,9 +129,9 @@ def _txn_versions(snapshot: Any, to_java: Any) -> dict[str, int]:
     return {str(k): int(v) for k, v in to_java(snapshot.transactions()).items()}
 
 
-def prefetch_transactions(spark: SparkSession, locations: Sequence[str]) -> Callable[[], None]:
-    """Start reconstructing, in the background, the state of the tables a run is about to
-    write; the returned function waits for it to end.
+def prefetch_transactions(spark: SparkSession, locations: Sequence[str]) -> None:
+    """Reconstruct the state of the tables a run is about to write, so that their writes
+    find it computed; meant to run beside the stream (``delta_writes.alongside``).
 
     Every idempotent write (``txnAppId``: the Delta sink, ``append_once``, the MERGEs) asks
     its snapshot for the writers' transaction versions, and Delta 4.4 answers that from the
@@ -142,18 +142,11 @@ def prefetch_transactions(spark: SparkSession, locations: Sequence[str]) -> Call
     is reconstructed by the write as before). A table the run then does not write costs only
     that background work; a failure here is left for the write to meet and report.
     """
-    from pyspark import InheritableThread
-
-    def compute() -> None:
-        for location in locations:
-            try:
-                _snapshot(spark, location).transactions()
-            except Exception as exc:  # the write will meet it and say so
-                log.debug("state of %s not prefetched: %s", location, exc)
-
-    thread = InheritableThread(target=compute, name="delta-state-prefetch", daemon=True)
-    thread.start()
-    return thread.join
+    for location in locations:
+        try:
+            _snapshot(spark, location).transactions()
+        except Exception as exc:  # the write will meet it and say so
+            log.debug("state of %s not prefetched: %s", location, exc)
 
 
 def _checksum(snapshot: Any) -> Any | None:

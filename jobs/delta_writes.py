@@ -46,20 +46,22 @@ def append_once(df: DataFrame, location: str, app_id: str | None, batch_id: int 
 
 
 @contextmanager
-def alongside(write: Callable[[], None], name: str) -> Iterator[None]:
-    """Run ``write`` in a thread of its own (with the job's Spark properties) while the body
-    runs, and wait for it on the way out: two writes of a micro-batch to different tables,
+def alongside(work: Callable[[], None], name: str) -> Iterator[None]:
+    """Run ``work`` in a thread of its own (with the job's Spark properties) while the body
+    runs, and wait for it on the way out. Two writes of a micro-batch to different tables,
     each committed once for the batch's transaction id, so that a retry skips whichever had
-    committed, need no order, and a 2-core driver overlaps their planning and commits. The
-    body's error, if it fails, is the one raised; else the write's."""
+    committed, need no order, and a 2-core driver overlaps their planning and commits; the
+    state of the tables a stream will write is reconstructed beside the stream
+    (``delta_state.prefetch_transactions``). The body's error, if it fails, is the one
+    raised; else the work's."""
     from pyspark import InheritableThread
 
     errors: list[BaseException] = []
 
     def run() -> None:
         try:
-            write()
-        except BaseException as exc:  # raised in the batch's thread below
+            work()
+        except BaseException as exc:  # raised in the body's thread below
             errors.append(exc)
 
     thread = InheritableThread(target=run, name=name, daemon=True)

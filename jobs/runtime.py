@@ -40,6 +40,7 @@ from jobs.delta_state import (
     prefetch_transactions,
     table_version,
 )
+from jobs.delta_writes import alongside
 from jobs.guards import check_checkpoint
 from jobs.session import build_spark, interpreted
 from jobs.tables import ensure_table
@@ -523,11 +524,9 @@ def rederiving(ctx: JobContext, tables: Sequence[str], details: dict[str, Any]) 
 
 
 def _run_query(ctx: JobContext, make_writer: Callable[[], DataStreamWriter]) -> StreamResult:
-    prefetched = prefetch_transactions(ctx.spark, [ctx.path(t) for t in ctx.stream.targets])
-    try:
+    targets = [ctx.path(t) for t in ctx.stream.targets]
+    with alongside(lambda: prefetch_transactions(ctx.spark, targets), "delta-state-prefetch"):
         return _await_query(ctx, make_writer)
-    finally:
-        prefetched()
 
 
 def _await_query(ctx: JobContext, make_writer: Callable[[], DataStreamWriter]) -> StreamResult:

@@ -134,7 +134,7 @@ def test_a_run_reconstructs_the_state_its_writes_ask_for_in_the_background(lake:
     location = lake.settings.path("silver/orders")
     assert not _snapshot(lake.spark, location)._computedStateTriggered()
 
-    prefetch_transactions(lake.spark, [lake.settings.path("silver/nowhere"), location])()
+    prefetch_transactions(lake.spark, [lake.settings.path("silver/nowhere"), location])
     assert not (lake.root / "silver" / "nowhere").exists()
 
     snapshot = _snapshot(lake.spark, location)
