@@ -82,6 +82,20 @@ class AirflowServer:
             raise
         return json.loads(text) if text else None
 
+    def unpause(self, dag_id: str, deadline: float) -> None:
+        """Unpause ``dag_id`` once the DAG processor has parsed it (by ``deadline``, a
+        ``time.monotonic()``)."""
+        while True:
+            try:
+                self.api("PATCH", f"/dags/{dag_id}?update_mask=is_paused", {"is_paused": False})
+                return
+            except urllib.error.HTTPError as error:
+                if error.code != 404:
+                    raise
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{dag_id} was not parsed in time") from None
+                time.sleep(2)
+
     def wait_for_run(
         self, dag_id: str, run_id: str, timeout_s: float = 900, poll_s: float = 3
     ) -> str:
@@ -163,18 +177,7 @@ def airflow_server(
         server = AirflowServer(url, home, env)
         deadline = time.monotonic() + 180
         for dag_id in dags:
-            while True:
-                try:
-                    server.api(
-                        "PATCH", f"/dags/{dag_id}?update_mask=is_paused", {"is_paused": False}
-                    )
-                    break
-                except urllib.error.HTTPError as error:
-                    if error.code != 404:
-                        raise
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"{dag_id} was not parsed in 180s") from None
-                    time.sleep(2)
+            server.unpause(dag_id, deadline)
         yield server
     except BaseException:
         # The services' own account of what went wrong, before their scratch home goes.
