@@ -8,6 +8,8 @@ so a job behaves the same under ``pytest``, ``airflow dags test`` and a real clu
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import marshal
 import os
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -164,9 +166,12 @@ def job_path(settings: Settings, job: str) -> str:
 def code_archive(settings: Settings) -> Path:
     """A zip of ``lakehouse`` and ``jobs`` for ``--py-files``, named by its content hash.
 
-    Executors on a real cluster import the project's code from it; building it is cheap
-    and happens only when the code changed. The development-only ``lakehouse.local`` stays
-    out.
+    Every run's driver imports the project's code from it, as executors on a real cluster
+    do; building it is cheap and happens only when the code changed. The development-only
+    ``lakehouse.local`` stays out. Beside each module goes its bytecode for this Python
+    (``compiled``): Python imports from a zip without writing bytecode anywhere, so each
+    driver compiled every module again. A Python of another version finds the bytecode's
+    version wrong and compiles the source, as before.
     """
     sources: list[tuple[Path, str]] = []
     for package, directory in (
@@ -188,11 +193,27 @@ def code_archive(settings: Settings) -> Path:
     partial = target.with_suffix(f".{os.getpid()}.tmp")
     with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
         for path, name in sources:
-            # A fixed timestamp keeps the archive identical for identical code.
-            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
-            archive.writestr(info, path.read_bytes())
+            source = path.read_bytes()
+            archive.writestr(zipfile.ZipInfo(name, date_time=_ZIP_TIME), source)
+            bytecode = compiled(source, f"{target}/{name}")
+            archive.writestr(zipfile.ZipInfo(f"{name}c", date_time=_ZIP_TIME), bytecode)
     partial.replace(target)
     return target
+
+
+# A fixed timestamp keeps the archive identical for identical code.
+_ZIP_TIME = (2020, 1, 1, 0, 0, 0)
+# PEP 552: bytecode that names its source's hash and is used without checking it.
+_UNCHECKED_HASH = (0b01).to_bytes(4, "little")
+
+
+def compiled(source: bytes, filename: str) -> bytes:
+    """``source``'s bytecode as a ``.pyc`` for this Python, in the form a zip import uses
+    without comparing it with the source (an archive is built whole and named by its code),
+    and which names ``filename`` in tracebacks, as compiling the source there would."""
+    code = compile(source, filename, "exec", dont_inherit=True)
+    header = importlib.util.MAGIC_NUMBER + _UNCHECKED_HASH + importlib.util.source_hash(source)
+    return header + marshal.dumps(code)
 
 
 @dataclass(frozen=True)

@@ -87,3 +87,39 @@ def test_the_validator_gets_every_rule_of_a_declaration() -> None:
     total = next(f for f in handed["fields"] if f["name"] == "total")
     assert total["optional_when"] == ["event_type", ["cancelled"]]
     assert total["sql_type"] == "DECIMAL(18,2)" and total["maximum"] == "1000000000000"
+
+
+def test_the_code_archive_carries_the_bytecode_a_driver_imports(tmp_path: Path) -> None:
+    """A driver imports the project from the code archive, where Python writes no bytecode:
+    the archive carries it, and tracebacks still name and show the source."""
+    import subprocess
+    import sys
+    import zipfile
+
+    from lakehouse.settings import Settings
+    from lakehouse.submit import code_archive
+
+    for package, folder in (("lakehouse", "include/lakehouse"), ("jobs", "jobs")):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "__init__.py").write_text(f"NAME = {package!r}\n")
+    (tmp_path / "jobs" / "boom.py").write_text("def fail():\n    raise ValueError('boom')\n")
+    archive = code_archive(Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path)}))
+    assert sorted(zipfile.ZipFile(archive).namelist()) == [
+        "jobs/__init__.py", "jobs/__init__.pyc", "jobs/boom.py", "jobs/boom.pyc",
+        "lakehouse/__init__.py", "lakehouse/__init__.pyc",
+    ]  # fmt: skip
+    script = (
+        "import sys, traceback; sys.path.insert(0, sys.argv[1]); import jobs.boom, lakehouse\n"
+        "print(jobs.boom.__file__, lakehouse.__file__, lakehouse.NAME)\n"
+        "try:\n    jobs.boom.fail()\nexcept ValueError:\n    traceback.print_exc(file=sys.stdout)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", script, str(archive)], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert (
+        out.stdout.splitlines()[0]
+        == f"{archive}/jobs/boom.pyc {archive}/lakehouse/__init__.pyc lakehouse"
+    )
+    assert f'File "{archive}/jobs/boom.py", line 2, in fail' in out.stdout
+    assert "raise ValueError('boom')" in out.stdout
