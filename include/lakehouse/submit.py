@@ -163,6 +163,12 @@ def job_path(settings: Settings, job: str) -> str:
     return str(settings.project_dir / "jobs" / f"{job}.py")
 
 
+# A fixed timestamp keeps the archive identical for identical code.
+_ZIP_TIME = (2020, 1, 1, 0, 0, 0)
+# PEP 552: bytecode that names its source's hash and is used without checking it.
+_UNCHECKED_HASH = (0b01).to_bytes(4, "little")
+
+
 def code_archive(settings: Settings) -> Path:
     """A zip of ``lakehouse`` and ``jobs`` for ``--py-files``, named by its content hash.
 
@@ -199,12 +205,6 @@ def code_archive(settings: Settings) -> Path:
             archive.writestr(zipfile.ZipInfo(f"{name}c", date_time=_ZIP_TIME), bytecode)
     partial.replace(target)
     return target
-
-
-# A fixed timestamp keeps the archive identical for identical code.
-_ZIP_TIME = (2020, 1, 1, 0, 0, 0)
-# PEP 552: bytecode that names its source's hash and is used without checking it.
-_UNCHECKED_HASH = (0b01).to_bytes(4, "little")
 
 
 def compiled(source: bytes, filename: str) -> bytes:
