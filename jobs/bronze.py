@@ -25,6 +25,9 @@ Run by ``spark-submit jobs/bronze.py --pipeline orders``.
 
 from __future__ import annotations
 
+import jobs  # noqa: F401  first: a spark-submit driver then imports the installed pyspark
+
+# isort: split
 import json
 import logging
 import sys

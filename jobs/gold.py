@@ -20,6 +20,9 @@ Run by ``spark-submit jobs/gold.py --pipeline orders``.
 
 from __future__ import annotations
 
+import jobs  # noqa: F401  first: a spark-submit driver then imports the installed pyspark
+
+# isort: split
 import base64
 import logging
 import sys

@@ -21,6 +21,9 @@ Run by ``spark-submit jobs/silver.py --pipeline orders``.
 
 from __future__ import annotations
 
+import jobs  # noqa: F401  first: a spark-submit driver then imports the installed pyspark
+
+# isort: split
 import logging
 import sys
 from collections.abc import Callable, Sequence

@@ -175,3 +175,36 @@ def test_a_kept_driver_serves_the_dags_next_runs_and_stops_when_nobody_asks(lake
     assert lake.contract_view() == comparable(expected_tables(delivered))
     # Nobody asks for keep_s: it stops by itself, in order.
     assert run.stopped(timeout=15 + 60) == 0
+
+
+def test_a_submitted_driver_imports_pyspark_with_its_bytecode(tmp_path: Path) -> None:
+    """spark-submit puts pyspark's and py4j's source zips first on its driver's path; a job
+    imports the installed packages instead (``jobs.prefer_installed_pyspark``), whose bytecode
+    pip compiled, and the project from its archive."""
+    import dataclasses
+
+    from lakehouse.local.env import subprocess_env
+
+    settings = Settings.from_env()
+    script = tmp_path / "where.py"
+    script.write_text(
+        "import sys\nimport jobs\nimport py4j\nimport pyspark.sql\n"
+        "print('WHERE', jobs.__file__, pyspark.__file__, py4j.__file__, sys.path.index("
+        "next(p for p in sys.path if p.endswith('pyspark.zip'))) == len(sys.path) - 2)\n"
+    )
+    spec = job_submit_spec(settings, "orders", "bronze", run_id="where")
+    spec = dataclasses.replace(spec, application=str(script), args=())
+    result = subprocess.run(
+        spec.argv(MASTER), env=subprocess_env(settings), capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(x for x in result.stdout.splitlines() if x.startswith("WHERE "))
+    _, jobs_file, pyspark_file, py4j_file, zips_last = line.split()
+    assert jobs_file.endswith(".zip/jobs/__init__.pyc"), jobs_file
+    site = str(Path(pyspark_file).parent.parent)
+    assert (
+        pyspark_file == f"{site}/pyspark/__init__.py"
+        and (Path(site) / "pyspark" / "__pycache__").is_dir()
+    ), pyspark_file
+    assert py4j_file == f"{site}/py4j/__init__.py", py4j_file
+    assert zips_last == "True"

@@ -123,3 +123,34 @@ def test_the_code_archive_carries_the_bytecode_a_driver_imports(tmp_path: Path) 
     )
     assert f'File "{archive}/jobs/boom.py", line 2, in fail' in out.stdout
     assert "raise ValueError('boom')" in out.stdout
+
+
+def test_a_driver_imports_the_installed_pyspark_not_spark_submits_source_zips(
+    tmp_path: Path,
+) -> None:
+    """pip's pyspark carries the zips spark-submit puts first on a driver's path: they move
+    behind the installed package (py4j's only for the same installed version); a Spark
+    distribution's own zips stay where they are."""
+    from jobs import prefer_installed_pyspark
+
+    site = tmp_path / "site-packages"
+    lib = site / "pyspark" / "python" / "lib"
+    lib.mkdir(parents=True)
+    (site / "pyspark" / "__init__.py").write_text("")
+    (site / "py4j-0.10.9.9.dist-info").mkdir()
+    archive, stdlib = str(tmp_path / "lakehouse-1.zip"), str(tmp_path / "lib" / "python3.11")
+    pyspark_zip, py4j_zip = str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip")
+    path = [archive, pyspark_zip, py4j_zip, stdlib, str(site)]
+    assert prefer_installed_pyspark(path) == [archive, stdlib, str(site), pyspark_zip, py4j_zip]
+
+    (site / "py4j-0.10.9.9.dist-info").rename(site / "py4j-0.10.9.8.dist-info")
+    assert prefer_installed_pyspark(path) == [archive, py4j_zip, stdlib, str(site), pyspark_zip]
+
+    distribution = tmp_path / "opt" / "spark" / "python" / "lib"
+    path = [archive, str(distribution / "pyspark.zip"), stdlib, str(site)]
+    assert prefer_installed_pyspark(path) == path
+    assert prefer_installed_pyspark([archive, pyspark_zip, stdlib]) == [
+        archive,
+        pyspark_zip,
+        stdlib,
+    ]
