@@ -33,11 +33,15 @@ _S3_BUILD = pytest.StashKey[subprocess.Popen[bytes] | None]()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks each test with its folder's marker, and runs the tests that need the local S3
+    server after all the others (in their own order otherwise), so that on a fresh checkout
+    the server's build has the whole rest of the session to finish on idle CPU."""
     for item in items:
         folder = Path(str(item.fspath)).parent.name
         marker = _FOLDER_MARKERS.get(folder)
         if marker:
             item.add_marker(marker)
+    items.sort(key=_needs_s3_server)  # stable: False before True
 
 
 def _needs_s3_server(item: pytest.Item) -> bool:
@@ -49,9 +53,9 @@ def _needs_s3_server(item: pytest.Item) -> bool:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """When a selected test needs the local S3 server and its binary is not cached yet (a
-    fresh checkout), start building it now, in the background, so that the tests before the
-    first one that needs it run meanwhile."""
-    if any(_needs_s3_server(item) for item in session.items):
+    fresh checkout), start building it now, in the background on idle CPU, so that the tests
+    before the first one that needs it (the last ones) run meanwhile."""
+    if not session.config.option.collectonly and any(map(_needs_s3_server, session.items)):
         from lakehouse.local import seaweedfs
 
         session.config.stash[_S3_BUILD] = seaweedfs.start_background_build(Settings.from_env())

@@ -44,6 +44,7 @@ def test_a_service_whose_starter_died_is_left_behind_and_one_started_by_hand_is_
 FAKE_GO = """#!/bin/sh
 # A stand-in for `go build ... -o <out> ...`: a partial binary first, the whole one at the end.
 echo build >> "$FAKE_GO_CALLS"
+cut -d' ' -f41 /proc/$$/stat > "$FAKE_GO_CALLS.policy"  # the scheduling policy it runs under
 while [ $# -gt 0 ]; do [ "$1" = "-o" ] && out="$2"; shift; done
 echo partial > "$out"
 sleep "${FAKE_GO_SLEEP:-0}"
@@ -82,6 +83,8 @@ def test_the_s3_server_builds_in_the_background_once_and_a_stopped_build_leaves_
     assert build.wait(timeout=30) == 0
     assert target.read_text() == "weed\n"
     assert calls.read_text() == "build\n"
+    # On idle CPU only: the tests beside it take precedence.
+    assert int(Path(f"{calls}.policy").read_text()) == os.SCHED_IDLE
     assert seaweedfs.start_background_build(settings) is None  # cached
 
     # A session that ends before its build does stops it: no binary, no partial one; the
@@ -105,3 +108,22 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def test_the_tests_that_need_the_s3_server_run_after_all_the_others() -> None:
+    """So that on a fresh checkout the server's build has the rest of the session to finish
+    in; collecting builds nothing."""
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    ids = [line for line in collected.splitlines() if "::" in line]
+    on_s3 = ("tests/e2e/test_s3.py::", "tests/e2e/test_leases.py::")
+    needs_s3 = [test.endswith("[s3]") or test.startswith(on_s3) for test in ids]
+    first = needs_s3.index(True)
+    assert first > 0
+    assert [t for t, s3 in zip(ids[first:], needs_s3[first:], strict=True) if not s3] == []
+    assert ids[-1].endswith("[s3]")
