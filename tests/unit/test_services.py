@@ -110,16 +110,30 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
         time.sleep(0.05)
 
 
-def test_the_tests_that_need_the_s3_server_run_after_all_the_others() -> None:
+def test_the_tests_that_need_the_s3_server_run_after_all_the_others(tmp_path: Path) -> None:
     """So that on a fresh checkout the server's build has the rest of the session to finish
-    in; collecting builds nothing."""
+    in. Collecting alone builds nothing, even where no binary is cached."""
+    from lakehouse.local import seaweedfs
+
+    tools = tmp_path / "tools" / "seaweedfs"
+    tools.mkdir(parents=True)
+    (tools / "go.mod").write_text(f"module build\n\nrequire (\n\t{seaweedfs.MODULE} v9.9.9\n)\n")
+    project = Path(__file__).resolve().parents[2]
+    (tmp_path / "pipelines").symlink_to(project / "pipelines")
+    go, calls = tmp_path / "go", tmp_path / "go-calls"
+    go.write_text(FAKE_GO)
+    go.chmod(0o755)
+    home = {"LAKEHOUSE_HOME": str(tmp_path), "GO": str(go), "FAKE_GO_CALLS": str(calls)}
     collected = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=project,
+        env={**os.environ, **home},
         capture_output=True,
         text=True,
         check=True,
     ).stdout
+    assert not (tmp_path / ".cache" / "seaweedfs").exists()
+    assert not calls.exists()
     ids = [line for line in collected.splitlines() if "::" in line]
     on_s3 = ("tests/e2e/test_s3.py::", "tests/e2e/test_leases.py::")
     needs_s3 = [test.endswith("[s3]") or test.startswith(on_s3) for test in ids]
