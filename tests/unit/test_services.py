@@ -52,17 +52,26 @@ echo weed > "$out"
 """
 
 
+def _home_with_a_fake_go(home: Path) -> tuple[Path, Path]:
+    """A project home whose pinned SeaweedFS is v9.9.9 and no binary of it, and a fake ``go``
+    (and the file it records its calls in) to build it with."""
+    from lakehouse.local import seaweedfs
+
+    tools = home / "tools" / "seaweedfs"
+    tools.mkdir(parents=True)
+    (tools / "go.mod").write_text(f"module build\n\nrequire (\n\t{seaweedfs.MODULE} v9.9.9\n)\n")
+    go, calls = home / "go", home / "go-calls"
+    go.write_text(FAKE_GO)
+    go.chmod(0o755)
+    return go, calls
+
+
 def test_the_s3_server_builds_in_the_background_once_and_a_stopped_build_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from lakehouse.local import seaweedfs
 
-    tools = tmp_path / "tools" / "seaweedfs"
-    tools.mkdir(parents=True)
-    (tools / "go.mod").write_text(f"module build\n\nrequire (\n\t{seaweedfs.MODULE} v9.9.9\n)\n")
-    go, calls = tmp_path / "go", tmp_path / "go-calls"
-    go.write_text(FAKE_GO)
-    go.chmod(0o755)
+    go, calls = _home_with_a_fake_go(tmp_path)
     monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path))
     monkeypatch.setenv("GO", str(go))
     monkeypatch.setenv("FAKE_GO_CALLS", str(calls))
@@ -113,16 +122,9 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
 def test_the_tests_that_need_the_s3_server_run_after_all_the_others(tmp_path: Path) -> None:
     """So that on a fresh checkout the server's build has the rest of the session to finish
     in. Collecting alone builds nothing, even where no binary is cached."""
-    from lakehouse.local import seaweedfs
-
-    tools = tmp_path / "tools" / "seaweedfs"
-    tools.mkdir(parents=True)
-    (tools / "go.mod").write_text(f"module build\n\nrequire (\n\t{seaweedfs.MODULE} v9.9.9\n)\n")
+    go, calls = _home_with_a_fake_go(tmp_path)
     project = Path(__file__).resolve().parents[2]
     (tmp_path / "pipelines").symlink_to(project / "pipelines")
-    go, calls = tmp_path / "go", tmp_path / "go-calls"
-    go.write_text(FAKE_GO)
-    go.chmod(0o755)
     home = {"LAKEHOUSE_HOME": str(tmp_path), "GO": str(go), "FAKE_GO_CALLS": str(calls)}
     collected = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],

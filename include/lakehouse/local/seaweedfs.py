@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -225,10 +225,10 @@ def run_when_idle() -> None:
     os.nice(19)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main() -> int:
     """Build the pinned ``weed`` unless it is cached: ``python -m lakehouse.local.seaweedfs``
     (``--when-idle``: on idle CPU only, as the test session's background build)."""
-    if "--when-idle" in (sys.argv[1:] if argv is None else argv):
+    if "--when-idle" in sys.argv[1:]:
         run_when_idle()
     print(weed_binary(Settings.from_env()), flush=True)
     return 0
