@@ -23,6 +23,8 @@ from lakehouse.secrets import PROTECTED_SPARK_CONF, REDACTION_REGEX
 from lakehouse.settings import Settings
 
 LOCAL_MASTER = "local[*]"
+# FileContext's file system for local paths, from the project's jar (``base_spark_conf``).
+LOCAL_FILE_CONTEXT_FS = "lakehouse.fs.LocalFs"
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 # Re-exported: the regex lives with the other secret rules (lakehouse.secrets).
@@ -117,6 +119,10 @@ def base_spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.files.ignoreMissingFiles": "false",
         "spark.sql.streaming.stopTimeout": "60s",
         "spark.redaction.regex": REDACTION_REGEX,
+        # Checkpoint and Delta log commits on a local root without a process per file: the
+        # project's jar (jvm/src/lakehouse/fs/LocalFs.java) sets permissions and checks for
+        # links in the JVM, where Hadoop without its native library runs chmod and readlink.
+        "spark.hadoop.fs.AbstractFileSystem.file.impl": LOCAL_FILE_CONTEXT_FS,
         **s3a_conf(settings),
     }
     return conf
