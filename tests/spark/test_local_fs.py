@@ -131,12 +131,15 @@ def test_permissions_and_link_status_are_hadoops(
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "ours")
 
-    def status(fs: Any, path: Path) -> tuple[Any, ...]:
-        found = fs.getFileLinkStatus(jvm.org.apache.hadoop.fs.Path(f"file:{path}"))
+    def status(fs: Any, path: str) -> tuple[Any, ...]:
+        found = fs.getFileLinkStatus(jvm.org.apache.hadoop.fs.Path(path))
         return (found.isSymlink(), found.isFile(), found.getLen(), str(found.getPath()))
 
-    for path in (tmp_path / "ours", link):
-        assert status(ours, path) == status(hadoop, path)
-    for fs in (ours, hadoop):
-        with pytest.raises(Exception, match="FileNotFoundException"):
-            status(fs, tmp_path / "missing")
+    # With its scheme, as FileContext asks, and without.
+    for form in ("file:{}", "{}"):
+        for path in (tmp_path / "ours", link):
+            assert status(ours, form.format(path)) == status(hadoop, form.format(path))
+        for fs in (ours, hadoop):
+            with pytest.raises(Exception, match="FileNotFoundException"):
+                status(fs, form.format(tmp_path / "missing"))
+    assert status(ours, str(link))[0] is True
