@@ -36,9 +36,10 @@ def started_processes(spark: SparkSession, work: Callable[[], Any], scratch: Pat
     finally:
         recording.stop()
     dump = scratch / "processes.jfr"
-    recording.dump(jvm.java.io.File(str(dump)).toPath())
+    dump_path = jvm.java.io.File(str(dump)).toPath()
+    recording.dump(dump_path)
     recording.close()
-    events = jvm.jdk.jfr.consumer.RecordingFile.readAllEvents(jvm.java.io.File(str(dump)).toPath())
+    events = jvm.jdk.jfr.consumer.RecordingFile.readAllEvents(dump_path)
     dump.unlink()
     return [str(events.get(i).getString("command")) for i in range(events.size())]
 
