@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -109,42 +109,56 @@ def table_state(spark: SparkSession, location: str) -> TableState:
         table_id=str(metadata.id()),
         version=int(snapshot.version()),
         properties={str(k): str(v) for k, v in to_java(metadata.configuration()).items()},
-        txn_versions=_txn_versions(snapshot, to_java),
+        txn_versions=_txn_versions(jvm, snapshot),
         jsnapshot=snapshot,
     )
 
 
-def _txn_versions(snapshot: Any, to_java: Any) -> dict[str, int]:
-    """The streaming writers' last transaction versions (``SetTransaction`` actions).
-
-    The version's checksum lists them (Delta computes it incrementally at each commit, by
-    default); only without one does the snapshot reconstruct its whole state to find them.
-    That costs a fresh driver a second or more of Spark jobs, wasted on a table the run then
-    does not write (a quarantine when every record is valid): a write reconstructs the state
-    it needs itself. Both give the same map: the checksum is the state's summary."""
-    checksum = _checksum(snapshot)
-    known = checksum.setTransactions() if checksum is not None else None
-    if known is not None and known.isDefined():
-        return {str(t.appId()): int(t.version()) for t in to_java(known.get())}
+def _txn_versions(jvm: Any, snapshot: Any) -> dict[str, int]:
+    """The streaming writers' last transaction versions (``SetTransaction`` actions): from
+    the version's checksum where it lists them (``known_transactions``), else from the
+    snapshot's reconstructed state. That costs a fresh driver a second or more of Spark
+    jobs, wasted on a table the run then does not write (a quarantine when every record is
+    valid). Both give the same map: the checksum is the state's summary."""
+    known_transactions(jvm, snapshot)
+    to_java = jvm.scala.jdk.javaapi.CollectionConverters.asJava
     return {str(k): int(v) for k, v in to_java(snapshot.transactions()).items()}
 
 
-def prefetch_transactions(spark: SparkSession, locations: Sequence[str]) -> None:
-    """Reconstruct the state of the tables a run is about to write, so that their writes
-    find it computed; meant to run beside the stream (``delta_writes.alongside``).
+def known_transactions(jvm: Any, snapshot: Any) -> bool:
+    """Give a JVM ``Snapshot`` its writers' transaction versions from its version's checksum
+    (``jvm/src/lakehouse/delta/KnownTransactions.java``) before anything asks for them:
+    Delta 4.4 answers them from the whole reconstructed state, not from the checksum that
+    lists them (Delta computes it incrementally at each commit, by default). True if the
+    snapshot answers them without reconstructing its state; False leaves it to Delta (no
+    checksum, one without the list, or a table that expires transactions)."""
+    return bool(jvm.lakehouse.delta.KnownTransactions.prime(snapshot))
+
+
+def prefetch_state(
+    spark: SparkSession, locations: Sequence[str], appended: Collection[str] = ()
+) -> None:
+    """Ready the snapshots of the tables a run is about to write (``locations``), meant to
+    run beside the stream (``delta_writes.alongside``).
 
     Every idempotent write (``txnAppId``: the Delta sink, ``append_once``, the MERGEs) asks
-    its snapshot for the writers' transaction versions, and Delta 4.4 answers that from the
-    whole reconstructed state, not from the checksum: three small Spark jobs, 0.3 to 0.4 s
-    per table and run, in the middle of the write. Started with the stream, that work runs
-    beside the micro-batch's read and validation, and the write finds the snapshot's state
-    computed (the same ``Snapshot`` object while the table has no newer commit; a newer one
-    is reconstructed by the write as before). A table the run then does not write costs only
-    that background work; a failure here is left for the write to meet and report.
+    its snapshot for the writers' transaction versions, and Delta 4.4 reconstructs the
+    snapshot's whole state to answer (three small Spark jobs, 0.3 to 0.4 s per table in a
+    warm driver, more in a fresh one) where the version's checksum lists them: each snapshot
+    gets them from its checksum first (``known_transactions``), so a table the run only
+    appends to (``appended``: bronze, a quarantine) needs no state at all. A table it merges
+    into does (a MERGE finds the files to rewrite in it): that state is reconstructed here,
+    beside the micro-batch's read and validation, and the write finds it computed (the same
+    ``Snapshot`` object while the table has no newer commit; a newer one is reconstructed by
+    the write as before). A failure here is left for the write to meet and report.
     """
+    jvm = spark.sparkContext._jvm
     for location in locations:
         try:
-            _snapshot(spark, location).transactions()
+            snapshot = _snapshot(spark, location)
+            known = known_transactions(jvm, snapshot)
+            if not known or location not in appended:
+                snapshot.computedState()
         except Exception as exc:  # the write will meet it and say so
             log.debug("state of %s not prefetched: %s", location, exc)
 

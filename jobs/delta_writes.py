@@ -52,7 +52,7 @@ def alongside(work: Callable[[], None], name: str) -> Iterator[None]:
     each committed once for the batch's transaction id, so that a retry skips whichever had
     committed, need no order, and a 2-core driver overlaps their planning and commits; the
     state of the tables a stream will write is reconstructed beside the stream
-    (``delta_state.prefetch_transactions``). The body's error, if it fails, is the one
+    (``delta_state.prefetch_state``). The body's error, if it fails, is the one
     raised; else the work's."""
     from pyspark import InheritableThread
 

@@ -37,7 +37,7 @@ from jobs import run_markers, storage
 from jobs.delta_state import (
     appends_only,
     logged_versions,
-    prefetch_transactions,
+    prefetch_state,
     table_version,
 )
 from jobs.delta_writes import alongside
@@ -525,7 +525,8 @@ def rederiving(ctx: JobContext, tables: Sequence[str], details: dict[str, Any]) 
 
 def _run_query(ctx: JobContext, make_writer: Callable[[], DataStreamWriter]) -> StreamResult:
     targets = [ctx.path(t) for t in ctx.stream.targets]
-    with alongside(lambda: prefetch_transactions(ctx.spark, targets), "delta-state-prefetch"):
+    appended = {ctx.path(t) for t in ctx.stream.appended}
+    with alongside(lambda: prefetch_state(ctx.spark, targets, appended), "delta-state-prefetch"):
         return _await_query(ctx, make_writer)
 
 

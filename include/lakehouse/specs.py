@@ -565,10 +565,14 @@ class StreamSpec:
     sources: tuple[str, ...] = ()
     read_change_feed: bool = False
     pipeline: str = ""
+    # The targets it only appends to (bronze, a quarantine); it merges into the others.
+    appended: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.targets:
             raise DeclarationError(f"stream {self.layer} has no target table.")
+        if not set(self.appended) <= set(self.targets):
+            raise DeclarationError(f"stream {self.layer} appends to a table it does not write.")
         object.__setattr__(self, "layer", Layer(self.layer))
 
     @property
@@ -721,7 +725,8 @@ class PipelineSpec:
                     allow_full_refresh=False,
                 )
             )
-            streams.append(StreamSpec(Layer.BRONZE, (self.source.bronze,), pipeline=self.name))
+            bronze = (self.source.bronze,)
+            streams.append(StreamSpec(Layer.BRONZE, bronze, appended=bronze, pipeline=self.name))
         if self.silver is not None:
             assert self.record is not None and self.source is not None
             tables += self._silver_tables(self.record, self.silver)
@@ -729,7 +734,13 @@ class PipelineSpec:
             if isinstance(self.silver, History):
                 targets.append(self.silver.changes)
             streams.append(
-                StreamSpec(Layer.SILVER, tuple(targets), (self.source.bronze,), pipeline=self.name)
+                StreamSpec(
+                    Layer.SILVER,
+                    tuple(targets),
+                    (self.source.bronze,),
+                    pipeline=self.name,
+                    appended=(self.silver.quarantine,),
+                )
             )
         if self.gold is not None:
             tables.append(

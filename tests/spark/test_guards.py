@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,6 +88,14 @@ def test_a_checkpoint_from_another_root_is_refused(
     assert "ERROR [CheckpointForeign] orders.silver" in err
 
 
+def state_transactions(jvm: Any, snapshot: Any) -> dict[str, int]:
+    """The writers' transaction versions in the snapshot's reconstructed state (Delta's own
+    answer, whatever the snapshot's ``transactions`` was given)."""
+    to_java = jvm.scala.jdk.javaapi.CollectionConverters.asJava
+    listed = to_java(snapshot.computedState().setTransactions())
+    return {str(t.appId()): int(t.version()) for t in listed}
+
+
 def test_the_guard_reads_from_the_checksum_what_the_state_holds(lake: Lake) -> None:
     """The guard takes a table's file count and writers' transaction versions from the
     version's Delta checksum (no Spark job); they are the state's, and without a checksum the
@@ -97,16 +106,14 @@ def test_the_guard_reads_from_the_checksum_what_the_state_holds(lake: Lake) -> N
     deliver_and_run(lake, OrderEventGenerator(seed=77), 20)
     jvm = lake.spark.sparkContext._jvm
     assert jvm is not None
-    to_java = jvm.scala.jdk.javaapi.CollectionConverters.asJava
 
     def checked(table: str, with_checksum: bool) -> tuple[int, dict[str, int]]:
+        jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
         state = table_state(lake.spark, lake.settings.path(table))
         snapshot = state.jsnapshot
         assert snapshot.checksumOpt().isDefined() == with_checksum, table
-        from_state = (
-            int(snapshot.numOfFiles()),
-            {str(k): int(v) for k, v in to_java(snapshot.transactions()).items()},
-        )
+        assert snapshot._computedStateTriggered() is not with_checksum, table
+        from_state = (int(snapshot.numOfFiles()), state_transactions(jvm, snapshot))
         assert (state.file_count(), state.txn_versions) == from_state, table
         return from_state
 
@@ -117,29 +124,33 @@ def test_the_guard_reads_from_the_checksum_what_the_state_holds(lake: Lake) -> N
 
     for crc in (lake.root / "silver" / "orders" / "_delta_log").glob("*.crc"):
         crc.unlink()
-    jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
     assert checked("silver/orders", with_checksum=False) == (files, transactions)
 
 
-def test_a_run_reconstructs_the_state_its_writes_ask_for_in_the_background(lake: Lake) -> None:
-    """The state an idempotent write asks its snapshot for (the writers' transaction
-    versions) is reconstructed beside the stream, the same state the write would find; a
-    table that is not there is left for the write to meet."""
-    from jobs.delta_state import _snapshot, prefetch_transactions, table_state
+def test_a_run_reconstructs_in_the_background_only_the_state_its_merges_need(lake: Lake) -> None:
+    """Before a stream writes, each target's snapshot gets its writers' transaction versions
+    from its checksum; the state of a table the stream merges into is reconstructed beside
+    the stream, that of a table it only appends to is not, and both answer as their state
+    does. A table that is not there is left for the write to meet."""
+    from jobs.delta_state import _snapshot, prefetch_state
 
     deliver_and_run(lake, OrderEventGenerator(seed=78), 20)
     jvm = lake.spark.sparkContext._jvm
     assert jvm is not None
     jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
-    location = lake.settings.path("silver/orders")
-    assert not _snapshot(lake.spark, location)._computedStateTriggered()
+    merged, appended = (
+        lake.settings.path(t) for t in ("silver/orders", "silver/orders_quarantine")
+    )
+    assert not _snapshot(lake.spark, merged)._computedStateTriggered()
 
-    prefetch_transactions(lake.spark, [lake.settings.path("silver/nowhere"), location])
+    nowhere = lake.settings.path("silver/nowhere")
+    prefetch_state(lake.spark, [nowhere, merged, appended], appended={appended})
     assert not (lake.root / "silver" / "nowhere").exists()
 
-    snapshot = _snapshot(lake.spark, location)
-    assert snapshot._computedStateTriggered()
-    to_java = jvm.scala.jdk.javaapi.CollectionConverters.asJava
-    transactions = {str(k): int(v) for k, v in to_java(snapshot.transactions()).items()}
-    assert transactions == table_state(lake.spark, location).txn_versions
-    assert list(transactions.values()) == [0]  # one stream, batch 0
+    for location, reconstructed in ((merged, True), (appended, False)):
+        snapshot = _snapshot(lake.spark, location)
+        assert snapshot._computedStateTriggered() is reconstructed, location
+        to_java = jvm.scala.jdk.javaapi.CollectionConverters.asJava
+        transactions = {str(k): int(v) for k, v in to_java(snapshot.transactions()).items()}
+        assert list(transactions.values()) == [0]  # one stream, batch 0
+        assert transactions == state_transactions(jvm, snapshot), location

@@ -17,9 +17,11 @@ from lakehouse.specs import (
     GoldInput,
     History,
     LatestState,
+    Layer,
     PipelineSpec,
     RecordSpec,
     Source,
+    StreamSpec,
 )
 from tests import PROJECT_DIR
 
@@ -65,9 +67,19 @@ def test_the_example_pipelines_load_with_their_tables_and_streams() -> None:
         "silver/customers_changes",
     ]
     assert customers.stream("silver").checkpoint == "_checkpoints/silver/customers_history"
+    # What each stream only appends to (no table state rebuilt for its writes); it merges
+    # into its other targets.
+    assert customers.stream("bronze").appended == ("bronze/customers_events",)
+    assert customers.stream("silver").appended == ("silver/customers_quarantine",)
+    assert lakehouse.get("orders").stream("gold").appended == ()
     assert lakehouse.get("segment_sales").reads == ("silver/orders", "silver/customers_history")
     assert lakehouse.upstream_of(lakehouse.get("segment_sales")) == ["orders", "customers"]
     assert lakehouse.get("orders").origin == str(PROJECT_DIR / "pipelines" / "orders.py")
+
+
+def test_a_stream_that_appends_to_a_table_it_does_not_write_is_refused() -> None:
+    with pytest.raises(DeclarationError, match="stream silver appends to a table it does not"):
+        StreamSpec(Layer.SILVER, ("silver/p", "silver/p_q"), ("bronze/p",), appended=("gold/p",))
 
 
 def test_a_rule_on_an_unknown_column_is_refused_by_field() -> None:
