@@ -7,22 +7,25 @@ spark-submit instead.
 
 from __future__ import annotations
 
+import random
 import subprocess
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.fs import Storage, delta_storage_options, storage_for
-from lakehouse.sample_data import land_file
+from lakehouse.sample_data import OrderEventGenerator, land_file, render_file
 from lakehouse.settings import Settings
-from tests.oracle import GOLD_COLUMNS, SILVER_COLUMNS
+from tests.oracle import GOLD_COLUMNS, SILVER_COLUMNS, split_records
 from tests.oracle_customers import HISTORY_COLUMNS, SEGMENT_COLUMNS
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -72,6 +75,20 @@ class Lake:
         if isinstance(content, list):
             content = b"\n".join(content) + b"\n"
         return land_file(self.storage, self.settings.path(f"landing/{pipeline}"), content, name)
+
+    def second_delivery(self, seed: int, run: Callable[[], T]) -> tuple[list[bytes], T]:
+        """Two deliveries of 40 orders (``OrderEventGenerator(seed)``), each landed then run
+        by ``run``: every record delivered, and what ``run`` returned for the second, a run
+        on tables that exist."""
+        generator = OrderEventGenerator(seed=seed)
+        delivered: list[bytes] = []
+        observed: list[T] = []
+        for file_seed in (1, 2):
+            content = render_file(generator.batch(40), random.Random(file_seed))
+            self.land(content)
+            delivered += split_records(content)
+            observed.append(run())
+        return delivered, observed[-1]
 
     def exists(self, relative: str) -> bool:
         """Whether anything is stored under ``relative`` (a file or a folder)."""
@@ -240,6 +257,14 @@ class Lake:
 
     def version(self, table: str) -> int:
         return int(self.delta(table).version())
+
+
+def state_transactions(jvm: Any, snapshot: Any) -> dict[str, int]:
+    """The writers' transaction versions in a JVM Delta snapshot's reconstructed state
+    (Delta's own answer, whatever the snapshot's ``transactions`` was given)."""
+    to_java = jvm.scala.jdk.javaapi.CollectionConverters.asJava
+    listed = to_java(snapshot.computedState().setTransactions())
+    return {str(t.appId()): int(t.version()) for t in listed}
 
 
 def s3_lake(

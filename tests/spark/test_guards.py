@@ -7,12 +7,11 @@ from __future__ import annotations
 import shutil
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from lakehouse.sample_data import OrderEventGenerator, render_file
-from tests.lake import Lake
+from tests.lake import Lake, state_transactions
 from tests.oracle import comparable, expected_tables, split_records
 
 TABLES = ("bronze/orders_events", "silver/orders", "silver/orders_quarantine", "gold/sales_hourly")
@@ -86,14 +85,6 @@ def test_a_checkpoint_from_another_root_is_refused(
     assert lake.run("bronze") == 0
     err = refused(lake, "silver", capfd)
     assert "ERROR [CheckpointForeign] orders.silver" in err
-
-
-def state_transactions(jvm: Any, snapshot: Any) -> dict[str, int]:
-    """The writers' transaction versions in the snapshot's reconstructed state (Delta's own
-    answer, whatever the snapshot's ``transactions`` was given)."""
-    to_java = jvm.scala.jdk.javaapi.CollectionConverters.asJava
-    listed = to_java(snapshot.computedState().setTransactions())
-    return {str(t.appId()): int(t.version()) for t in listed}
 
 
 def test_the_guard_reads_from_the_checksum_what_the_state_holds(lake: Lake) -> None:

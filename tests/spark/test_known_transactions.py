@@ -5,7 +5,6 @@ state would."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from typing import Any
 
@@ -13,10 +12,8 @@ from pyspark.sql import SparkSession
 
 from jobs.delta_state import _snapshot, known_transactions
 from jobs.delta_writes import append_once
-from lakehouse.sample_data import OrderEventGenerator, render_file
-from tests.lake import Lake
-from tests.oracle import comparable, expected_tables, split_records
-from tests.spark.test_guards import state_transactions
+from tests.lake import Lake, state_transactions
+from tests.oracle import comparable, expected_tables
 
 RECONSTRUCTION = "Delta: Compute snapshot for version"
 
@@ -51,14 +48,9 @@ def test_a_bronze_run_reconstructs_no_tables_state(lake: Lake) -> None:
     """Bronze only appends (Delta's streaming sink, which asks for its query's last
     transaction version before it writes): on a second delivery it runs its write and no
     job to reconstruct a table's state; the tables are the contract's."""
-    generator = OrderEventGenerator(seed=43)
-    delivered: list[bytes] = []
-    descriptions: list[str] = []
-    for seed in (1, 2):
-        content = render_file(generator.batch(40), random.Random(seed))
-        lake.land(content)
-        delivered += split_records(content)
-        descriptions = job_descriptions(lake.spark, lambda: lake.run("bronze"))
+    delivered, descriptions = lake.second_delivery(
+        43, lambda: job_descriptions(lake.spark, lambda: lake.run("bronze"))
+    )
     assert descriptions, "the stream's write runs as Spark jobs"
     assert [d for d in descriptions if d.startswith(RECONSTRUCTION)] == []
     lake.run_all()

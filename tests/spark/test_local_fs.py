@@ -6,7 +6,6 @@ permissions and checks for links in the JVM where Hadoop without its native libr
 from __future__ import annotations
 
 import os
-import random
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -15,10 +14,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from lakehouse.sample_data import OrderEventGenerator, render_file
 from lakehouse.submit import LOCAL_FILE_CONTEXT_FS
 from tests.lake import Lake
-from tests.oracle import comparable, expected_tables, split_records
+from tests.oracle import comparable, expected_tables
 
 HADOOP_FILE_CONTEXT_FS = "org.apache.hadoop.fs.local.LocalFs"
 
@@ -66,14 +64,9 @@ def test_a_layer_run_commits_without_chmod_or_readlink(lake: Lake) -> None:
     the contract expects, and no ``readlink`` at all, no ``chmod`` of a checkpoint or Delta
     log file (data files and run markers go through Hadoop's FileSystem, which the project
     leaves as it is)."""
-    generator = OrderEventGenerator(seed=41)
-    delivered: list[bytes] = []
-    commands: list[str] = []
-    for seed in (1, 2):
-        content = render_file(generator.batch(40), random.Random(seed))
-        lake.land(content)
-        delivered += split_records(content)
-        commands = started_processes(lake.spark, lake.run_all, lake.scratch)
+    delivered, commands = lake.second_delivery(
+        41, lambda: started_processes(lake.spark, lake.run_all, lake.scratch)
+    )
     assert lake.contract_view() == comparable(expected_tables(delivered))
     assert [c for c in commands if c.startswith("readlink")] == []
     assert [c for c in commands if "/_delta_log/" in c or "/_checkpoints/" in c] == []
