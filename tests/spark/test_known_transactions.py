@@ -10,7 +10,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from jobs.delta_state import _snapshot, known_transactions
+from jobs.delta_state import _snapshot, _txn_versions, known_transactions
 from jobs.delta_writes import append_once
 from tests.lake import Lake, state_transactions
 from tests.oracle import comparable, expected_tables
@@ -37,11 +37,6 @@ def job_descriptions(spark: SparkSession, work: Callable[[], Any]) -> list[str]:
     before = jobs()
     work()
     return [text for job, text in sorted(jobs().items()) if job not in before]
-
-
-def transactions(jvm: Any, snapshot: Any) -> dict[str, int]:
-    to_java = jvm.scala.jdk.javaapi.CollectionConverters.asJava
-    return {str(k): int(v) for k, v in to_java(snapshot.transactions()).items()}
 
 
 def test_a_bronze_run_reconstructs_no_tables_state(lake: Lake) -> None:
@@ -76,7 +71,7 @@ def test_a_snapshot_given_its_checksums_transactions_answers_as_its_state(lake: 
     snapshot = _snapshot(lake.spark, location)
     assert int(snapshot.version()) == 4  # five commits: the replay of ("a", 1) made none
     assert known_transactions(jvm, snapshot) is True
-    assert transactions(jvm, snapshot) == written
+    assert _txn_versions(jvm, snapshot) == written
     assert not snapshot._computedStateTriggered()
     assert known_transactions(jvm, snapshot) is True  # answered already, the same
     assert int(snapshot.numOfFiles()) == int(snapshot.allFiles().count()) > 0
@@ -87,14 +82,14 @@ def test_a_snapshot_given_its_checksums_transactions_answers_as_its_state(lake: 
     computed = _snapshot(lake.spark, location)
     computed.computedState()
     assert known_transactions(jvm, computed) is True
-    assert transactions(jvm, computed) == written
+    assert _txn_versions(jvm, computed) == written
 
     (lake.scratch / "two_writers" / "_delta_log" / f"{4:020d}.crc").unlink()
     delta_log.clearCache()
     unchecked = _snapshot(lake.spark, location)
     assert unchecked.checksumOpt().isEmpty()
     assert known_transactions(jvm, unchecked) is False
-    assert transactions(jvm, unchecked) == written
+    assert _txn_versions(jvm, unchecked) == written
 
     lake.spark.sql(
         f"ALTER TABLE delta.`{location}` "
@@ -104,4 +99,4 @@ def test_a_snapshot_given_its_checksums_transactions_answers_as_its_state(lake: 
     expiring = _snapshot(lake.spark, location)
     assert expiring.checksumOpt().isDefined()
     assert known_transactions(jvm, expiring) is False
-    assert transactions(jvm, expiring) == written
+    assert _txn_versions(jvm, expiring) == written
