@@ -8,7 +8,9 @@ Each folder marks its tests (``unit``, ``spark``, ``e2e``), so ``pytest -m unit`
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +32,25 @@ time.tzset()
 
 _FOLDER_MARKERS = {"unit": "unit", "spark": "spark", "e2e": "e2e"}
 _S3_BUILD = pytest.StashKey[subprocess.Popen[bytes] | None]()
+_SCRATCH = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Spark's scratch folders (block stores, temporary and artifact folders) of every JVM
+    this session starts, and of their children, go to a folder of the session's own, removed
+    at its end: a JVM that a test kills on purpose (the kill matrix, a killed run or driver)
+    never runs the shutdown hooks that remove its own, which would otherwise stay in /tmp."""
+    scratch = Path(tempfile.mkdtemp(prefix="lakehouse-tests-spark-"))
+    config.stash[_SCRATCH] = scratch
+    os.environ["SPARK_LOCAL_DIRS"] = str(scratch)
+    opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{opts} -Djava.io.tmpdir={scratch}".strip()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    scratch = config.stash.get(_SCRATCH, None)
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

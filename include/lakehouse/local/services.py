@@ -519,6 +519,9 @@ def s3_processes(settings: Settings) -> list[Process]:
     master, volume, filer, admin = server.internal_ports
     argv = [
         str(weed),
+        # Its log to its output (the service's log file) only: by default it also writes
+        # files of its own into /tmp, two per start, which nobody removes.
+        "-logtostderr",
         "mini",
         f"-dir={data_dir}",
         # -ip is the address the parts advertise to each other; without it the master hands
