@@ -37,7 +37,7 @@ from typing import Any
 
 from jobs.faults import inject
 from jobs.runtime import configure_logging
-from jobs.session import build_spark
+from jobs.session import build_spark, start_warm_up
 from lakehouse.run_driver import JOBS, address, driver_file, protocol_line, same_user
 from lakehouse.settings import Settings
 
@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     configure_logging()
     spark = build_spark(args.name, Settings.from_env())
+    start_warm_up(spark)  # beside the first request's setup
     # The starting task's own variables served the session's start (its S3 access); each job
     # gets its task's again with its request, and none of another task's.
     for key in filter(None, args.task_env.split(",")):

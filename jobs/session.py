@@ -7,9 +7,11 @@ are the same ones, from ``lakehouse.submit.spark_conf``.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from threading import Thread
 
 from pyspark.sql import SparkSession
 
@@ -18,6 +20,8 @@ from lakehouse.preflight import java_executable
 from lakehouse.s3 import ACCESS_FILE_ENV, S3Config
 from lakehouse.settings import Settings
 from lakehouse.submit import LOCAL_MASTER, spark_conf
+
+log = logging.getLogger("lakehouse.session")
 
 
 def launched_by_spark_submit() -> bool:
@@ -46,6 +50,34 @@ def build_spark(
     spark.sparkContext.setLogLevel("WARN")
     apply_s3_access(spark)
     return spark
+
+
+WARM_UP_GROUP = "lakehouse-warm-up"
+
+
+def start_warm_up(spark: SparkSession) -> Thread:
+    """Run a tiny first Spark job (a shuffle of 64 numbers) in a thread of its own, beside
+    whatever the new session does next.
+
+    A JVM's first Spark job pays once for what every later one reuses (the scheduler's and
+    the executors' first tasks and shuffle, the classes and compiled code of running them):
+    some 1.6 s on 2 cores, which a run's first layer otherwise paid on its own path, after
+    its setup (leases, the tables' logs, the stream's start). Beside that setup it saves a
+    run's driver about half a second to a second (docs/performance.md). Its failure is
+    not the run's: the run's own first job meets whatever broke it, and says so. The job is
+    in the group ``WARM_UP_GROUP``, set in its own thread only."""
+    from pyspark import InheritableThread
+
+    def run() -> None:
+        try:
+            spark.sparkContext.setJobGroup(WARM_UP_GROUP, "lakehouse: the driver's warm-up")
+            spark.range(64).selectExpr("id % 4 AS k").groupBy("k").count().collect()
+        except Exception as exc:  # the run's first job reports it
+            log.debug("warm-up job failed: %s", exc)
+
+    thread = InheritableThread(target=run, name="spark-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def apply_s3_access(spark: SparkSession) -> None:
