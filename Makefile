@@ -40,7 +40,7 @@ env: ## Print shell exports: eval "$(make -s env)"
 	@$(PY) -c "from lakehouse.local.env import project_env, shell_exports; from lakehouse.settings import Settings; print(shell_exports(project_env(Settings.from_env())))"
 
 .PHONY: demo
-demo: setup ## Sample data, two orders_pipeline runs through Airflow, a summary (SOURCE=file|kafka)
+demo: setup ## Sample data, every example pipeline run twice through Airflow, a summary (SOURCE=file|kafka)
 	@$(PY) -m lakehouse.local.demo --source $(SOURCE)
 
 .PHONY: test

@@ -3,8 +3,8 @@
 Environments are data, not branches: a laptop, CI and a cluster differ only in the values of
 the ``LAKEHOUSE_*`` variables. ``Settings.from_env()`` reads and checks them once;
 everything else takes a ``Settings`` object. Each field's variable, default, bounds and
-meaning are declared on the field below (``python -m lakehouse.settings`` prints them as the
-table the README shows).
+meaning are declared on the field below (``python -m lakehouse.settings`` prints them, with this
+machine's defaults, as a table like the README's).
 
 Settings of one pipeline are named after it, ``LAKEHOUSE_<PIPELINE>_<SETTING>`` (e.g.
 ``LAKEHOUSE_ORDERS_SOURCE``), and read by ``Settings.pipeline(spec)``: each pipeline picks
