@@ -14,6 +14,7 @@ change to either builds a new one, and every session carries it with the others.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -34,12 +35,24 @@ SCALA_BINARY = "2.13"
 KAFKA_BROKER_VERSION = "4.1.1"
 
 
+def pyspark_dir() -> Path:
+    """The installed pyspark's folder (its ``jars`` and ``bin``), found without importing
+    pyspark: an Airflow task process that submits a job would otherwise import it only for
+    this, on every layer task (0.2-0.7 s)."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise JarsMissing(
+            "pyspark is not installed in this Python environment.",
+            "Install the project's requirements (`make setup`, or `pip install -r "
+            "requirements.txt` in the environment that runs Airflow).",
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
 def hadoop_version() -> str:
     """The Hadoop client pyspark ships (``jars/hadoop-client-api-<version>.jar``): hadoop-aws
     must be the same release, and brings the AWS SDK v2 bundle it was built against."""
-    import pyspark
-
-    jars = Path(pyspark.__file__).parent / "jars"
+    jars = pyspark_dir() / "jars"
     for jar in jars.glob("hadoop-client-api-*.jar"):
         return jar.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
     raise JarsMissing(f"pyspark ships no Hadoop client in {jars}.")
@@ -105,9 +118,7 @@ def _artifact(file_name: str) -> str:
 
 
 def _spark_bundled_artifacts() -> set[str]:
-    import pyspark
-
-    return {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return {_artifact(p.name) for p in (pyspark_dir() / "jars").glob("*.jar")}
 
 
 def _pom(coordinates: tuple[str, ...]) -> str:
@@ -207,12 +218,10 @@ def _javac() -> str:
 
 def build_project_jar(settings: Settings) -> Path:
     """Compile ``jvm/src`` into ``project_jar`` (Java 17 bytecode); a no-op when it is built."""
-    import pyspark
-
     jar = project_jar(settings)
     if jar.exists():
         return jar
-    spark_jars_dir = Path(pyspark.__file__).parent / "jars"
+    spark_jars_dir = pyspark_dir() / "jars"
     classpath = [str(p) for p in sorted(spark_jars_dir.glob("*.jar"))]
     sources = _project_sources(settings)
     print(f"compiling the project's JVM code ({len(sources)} sources)", flush=True)

@@ -30,7 +30,6 @@ A root on S3 gets its credentials the same way, from the ``lakehouse_s3`` connec
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -46,6 +45,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from lakehouse import errors
 from lakehouse.authz import GRANT_FILE_ENV, Grant
+from lakehouse.jars import pyspark_dir
 from lakehouse.jvm import compiles_quickly
 from lakehouse.kafka.access import ACCESS_FILE_ENV, KafkaAccess
 from lakehouse.params import Action, MaintenanceParams, RestoreParams, RunParams
@@ -617,7 +617,7 @@ def _read_summary(path: Path) -> dict[str, Any] | None:
 
 
 def _pyspark_bin() -> str:
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        raise AirflowFailException("pyspark is not installed in Airflow's environment.")
-    return str(Path(next(iter(spec.submodule_search_locations))) / "bin")
+    try:
+        return str(pyspark_dir() / "bin")
+    except errors.JarsMissing as exc:
+        raise _failure(exc) from None
