@@ -43,7 +43,7 @@ from pathlib import Path
 
 from lakehouse.errors import ConfigurationError, LakehouseError, S3Error
 from lakehouse.fs import write_private
-from lakehouse.jars import jar_dir, jar_files, resolve_all
+from lakehouse.jars import jar_dir, jar_files, pyspark_dir, resolve_all
 from lakehouse.local import seaweedfs
 from lakehouse.local.env import subprocess_env
 from lakehouse.preflight import java_executable
@@ -182,9 +182,7 @@ def _stop(settings: Settings, name: str, timeout_s: float = 30.0) -> bool:
 
 
 def _spark_class() -> str:
-    import pyspark
-
-    return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+    return str(pyspark_dir() / "bin" / "spark-class")
 
 
 def _spark_workers_alive() -> int:
