@@ -38,7 +38,14 @@ from typing import Any
 from jobs.faults import inject
 from jobs.runtime import configure_logging
 from jobs.session import build_spark, start_warm_up
-from lakehouse.run_driver import JOBS, address, driver_file, protocol_line, same_user
+from lakehouse.run_driver import (
+    JOBS,
+    address,
+    driver_file,
+    protocol_line,
+    remove_start_lock,
+    same_user,
+)
 from lakehouse.settings import Settings
 
 log = logging.getLogger("lakehouse.driver")
@@ -166,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         driver_file(args.driver, ".pid").unlink(missing_ok=True)
         server.close()
+        remove_start_lock(args.driver)  # a task starting the next driver keeps it
         spark.stop()
     return 0
 

@@ -6,8 +6,9 @@ exit code back, the run's last layer stops it. The driver listens on a Unix sock
 after the run (in Linux's abstract namespace: no file, no path-length limit, gone with the
 process), and each side checks that the other runs as the same user; its output, process
 group and start lock are files in a folder only this user can enter
-(``lakehouse-drivers-<uid>`` in the temp folder). A task on another machine does not find it
-and starts its own.
+(``lakehouse-drivers-<uid>`` in the temp folder). A driver removes its start lock when it
+stops, so the folder holds files of running drivers and the output of failed ones only. A
+task on another machine does not find it and starts its own.
 
 With ``LAKEHOUSE_RUN_DRIVER_KEEP_S``, a driver is a pipeline DAG's rather than one run's: it
 is named after the DAG and the settings it runs (a run with other settings or other code
@@ -76,8 +77,52 @@ def address(name: str) -> str:
 def driver_file(name: str, suffix: str) -> Path:
     """A file of the driver called ``name``: ``.log`` its own output (its JVM's; a job's goes
     to its task), removed when it stops in order; ``.pid`` its process group (for a task's
-    ``on_kill``); ``.lock`` held while a task starts it."""
+    ``on_kill``); ``.lock`` held while a task starts it (``start_lock``)."""
     return drivers_dir() / f"{name}{suffix}"
+
+
+@contextlib.contextmanager
+def start_lock(name: str) -> Iterator[None]:
+    """Held while a task finds or starts the driver called ``name``: one task at a time.
+
+    The lock file may be removed while a task waits for it (``remove_start_lock``): the
+    waiter then holds a file that is no longer the path's, and takes the path's anew."""
+    path = driver_file(name, ".lock")
+    while True:
+        with open(path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                current = os.stat(path).st_ino == os.fstat(lock.fileno()).st_ino
+            except FileNotFoundError:
+                current = False
+            if current:
+                yield
+                return
+
+
+def remove_start_lock(name: str) -> bool:
+    """Remove the start lock of the driver called ``name`` (it stopped), unless a task holds
+    it: that task is starting the next driver of the name, which removes it in turn. Whether
+    it was removed."""
+    path = driver_file(name, ".lock")
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    try:
+        if os.stat(path).st_ino != os.fstat(fd).st_ino:
+            return False  # removed and taken anew since it was opened: another task's
+        path.unlink()
+        return True
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def same_user(conn: socket.socket) -> bool:
@@ -136,8 +181,7 @@ class RunDriver:
     @contextlib.contextmanager
     def _started(self, start: Callable[[Path], subprocess.Popen[bytes]]) -> Iterator[socket.socket]:
         """A connection to the driver, started with ``start(log_path)`` if none answers."""
-        with open(driver_file(self.name, ".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with start_lock(self.name):
             conn = self._connect() or self._wait_for(start(self.log_path))
         with conn:
             yield conn
@@ -194,10 +238,7 @@ class RunDriver:
                         elif "out" in message:
                             out(message["out"])
                         elif "exit" in message:
-                            code = int(message["exit"])
-                            if code == 0 and last:
-                                self._forget()
-                            return code
+                            return int(message["exit"])
                         elif "refused" in message:
                             return None
             except ConnectionError:  # reset by a driver that stopped or died: its answer ends
@@ -216,12 +257,8 @@ class RunDriver:
         if self.keep_s:
             return False
         stopped = stop_driver(self.name)
-        self._forget()
+        remove_start_lock(self.name)  # of a driver killed before it could remove it
         return stopped
-
-    def _forget(self) -> None:
-        """The run is over: its start lock goes too."""
-        driver_file(self.name, ".lock").unlink(missing_ok=True)
 
     def kill(self) -> None:
         """Stop the driver's process group at once (the task was killed)."""

@@ -18,7 +18,7 @@ import pytest
 
 from jobs.faults import PAUSE_S
 from lakehouse.errors import DriverLost
-from lakehouse.run_driver import RunDriver, fingerprint, start
+from lakehouse.run_driver import RunDriver, driver_file, fingerprint, start
 from lakehouse.sample_data import OrderEventGenerator, render_file
 from lakehouse.settings import Settings
 from lakehouse.submit import job_submit_spec
@@ -77,6 +77,7 @@ class Run:
         """The exit code of the last driver started, once it stopped by itself."""
         code = self.starts[-1].wait(timeout)
         assert not self.driver.log_path.exists(), "a driver that stopped in order leaves no log"
+        assert not driver_file(self.driver.name, ".lock").exists(), "nor its start lock"
         return code
 
 
