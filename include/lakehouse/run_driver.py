@@ -7,8 +7,9 @@ after the run (in Linux's abstract namespace: no file, no path-length limit, gon
 process), and each side checks that the other runs as the same user; its output, process
 group and start lock are files in a folder only this user can enter
 (``lakehouse-drivers-<uid>`` in the temp folder). A driver removes its start lock when it
-stops, so the folder holds files of running drivers and the output of failed ones only. A
-task on another machine does not find it and starts its own.
+stops, so the folder keeps no file of a driver that stopped, but a failed one's output and a
+killed one's files (until its name's next driver stops). A task on another machine does not
+find it and starts its own.
 
 With ``LAKEHOUSE_RUN_DRIVER_KEEP_S``, a driver is a pipeline DAG's rather than one run's: it
 is named after the DAG and the settings it runs (a run with other settings or other code
