@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from lakehouse.errors import ConfigurationError, DriverLost
 from lakehouse.settings import Settings
@@ -92,11 +92,7 @@ def start_lock(name: str) -> Iterator[None]:
     while True:
         with open(path, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                current = os.stat(path).st_ino == os.fstat(lock.fileno()).st_ino
-            except FileNotFoundError:
-                current = False
-            if current:
+            if _is_path_file(path, lock):
                 yield
                 return
 
@@ -107,23 +103,22 @@ def remove_start_lock(name: str) -> bool:
     it was removed."""
     path = driver_file(name, ".lock")
     try:
-        fd = os.open(path, os.O_RDWR)
+        with open(path, "rb") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not _is_path_file(path, lock):
+                return False  # removed and taken anew since it was opened: another task's
+            path.unlink()
+            return True
+    except (FileNotFoundError, BlockingIOError):
+        return False
+
+
+def _is_path_file(path: Path, file: IO[Any]) -> bool:
+    """Whether the open ``file`` is still the one at ``path`` (not removed, or replaced)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(file.fileno()).st_ino
     except FileNotFoundError:
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return False
-    try:
-        if os.stat(path).st_ino != os.fstat(fd).st_ino:
-            return False  # removed and taken anew since it was opened: another task's
-        path.unlink()
-        return True
-    except FileNotFoundError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def same_user(conn: socket.socket) -> bool:
